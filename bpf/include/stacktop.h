@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * stacktop's own small CO-RE header: only the kernel types and fields our
+ * programs read, marked preserve_access_index so libbpf/cilium relocate each
+ * access against the running kernel's BTF. Field order and padding here do
+ * not matter; names and types do.
+ */
+#ifndef STACKTOP_H
+#define STACKTOP_H
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_endian.h>
+
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __s32 s32;
+typedef __s64 s64;
+typedef __s64 ktime_t;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define NF_ACCEPT 1
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct list_head {
+	struct list_head *next, *prev;
+};
+
+struct ns_common {
+	unsigned int inum;
+};
+
+struct net {
+	struct ns_common ns;
+};
+
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
+struct net_device {
+	int ifindex;
+	char name[16];
+	possible_net_t nd_net;
+};
+
+struct in6_addr {
+	union {
+		__u8 u6_addr8[16];
+		__be32 u6_addr32[4];
+	} in6_u;
+};
+
+struct sock_common {
+	union {
+		struct {
+			__be32 skc_daddr;
+			__be32 skc_rcv_saddr;
+		};
+	};
+	union {
+		struct {
+			__be16 skc_dport;
+			__u16 skc_num;
+		};
+	};
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	int skc_bound_dev_if;
+	possible_net_t skc_net;
+	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
+	u64 skc_cookie;
+};
+
+struct sk_buff;
+
+struct sk_buff_head {
+	struct sk_buff *next;
+	struct sk_buff *prev;
+	__u32 qlen;
+};
+
+struct sock_cgroup_data {
+	struct cgroup *cgroup;
+};
+
+struct sock {
+	struct sock_common __sk_common;
+	struct sk_buff_head sk_receive_queue;
+	int sk_rcvbuf;
+	u16 sk_protocol;
+	u16 sk_type;
+	struct sock_cgroup_data sk_cgrp_data;
+};
+
+struct kernfs_node {
+	u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct inet_connection_sock {
+	struct sock icsk_inet;
+};
+
+struct tcp_sock {
+	u32 srtt_us;
+	u32 mdev_us;
+	u32 segs_in;
+	u32 segs_out;
+	u32 data_segs_in;
+	u32 data_segs_out;
+	u64 bytes_received;
+	u64 bytes_acked;
+	u64 bytes_sent;
+	u64 bytes_retrans;
+	u32 total_retrans;
+	u32 rcv_nxt;
+	u32 copied_seq;
+	u32 snd_una;
+	u32 snd_nxt;
+	u32 mss_cache;
+};
+
+struct skb_shared_info {
+	u8 nr_frags;
+};
+
+struct sk_buff {
+	union {
+		struct {
+			struct sk_buff *next;
+			struct sk_buff *prev;
+			union {
+				struct net_device *dev;
+				unsigned long dev_scratch;
+			};
+		};
+	};
+	struct sock *sk;
+	union {
+		ktime_t tstamp;
+		u64 skb_mstamp_ns;
+	};
+	char cb[48];
+	unsigned int len;
+	unsigned int data_len;
+	__u8 tstamp_type : 2;      /* 6.11+: SKB_CLOCK_REALTIME=0, MONOTONIC=1, TAI=2 */
+	__u8 mono_delivery_time : 1; /* 5.18 - 6.10 */
+	int skb_iif;
+	__be16 protocol;
+	__u16 transport_header;
+	__u16 network_header;
+	__u16 mac_header;
+	unsigned char *head;
+	unsigned char *data;
+};
+
+struct nf_hook_state {
+	u8 hook;
+	u8 pf;
+	struct net_device *in;
+	struct net_device *out;
+	struct sock *sk;
+	struct net *net;
+};
+
+struct bpf_nf_ctx {
+	const struct nf_hook_state *state;
+	struct sk_buff *skb;
+};
+
+struct task_struct {
+	int pid;
+	int tgid;
+	char comm[16];
+};
+
+#pragma clang attribute pop
+
+#endif /* STACKTOP_H */
