@@ -1,0 +1,53 @@
+// Package conn defines the connection record that the tracker produces and
+// every consumer (stream outputs, TUI, Prometheus collector) reads.
+package conn
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Event says why a record is emitted.
+type Event string
+
+// Events, as they appear in JSON.
+const (
+	Update Event = "update" // a live connection, every refresh
+	New    Event = "new"    // first refresh in which the connection is seen
+	Closed Event = "closed" // final totals; shown for one refresh, then gone
+)
+
+// Record is one TCP connection or UDP flow at one refresh. JSON field names
+// are part of the command-line contract (DESIGN.md §1): never rename them.
+type Record struct {
+	TS         time.Time  `json:"ts"`
+	Event      Event      `json:"event"`
+	Proto      string     `json:"proto"`  // "tcp" or "udp"
+	Family     int        `json:"family"` // 4 or 6; IPv4-mapped IPv6 counts as 4
+	LocalAddr  netip.Addr `json:"local_addr"`
+	LocalPort  uint16     `json:"local_port"`
+	RemoteAddr netip.Addr `json:"remote_addr"`
+	RemotePort uint16     `json:"remote_port"`
+	PID        uint32     `json:"pid"`
+	Comm       string     `json:"comm"`
+	Cgroup     string     `json:"cgroup"`
+	State      string     `json:"state"` // TCP state name, or "UDP"
+	BytesIn    uint64     `json:"bytes_in"`
+	BytesOut   uint64     `json:"bytes_out"`
+	PacketsIn  uint64     `json:"packets_in"`
+	PacketsOut uint64     `json:"packets_out"`
+	RateIn     float64    `json:"rate_in"`  // bytes/s over the last refresh
+	RateOut    float64    `json:"rate_out"` // bytes/s over the last refresh
+	RTTus      uint32     `json:"rtt_us"`   // smoothed RTT (srtt_us >> 3); 0 for UDP
+	Retrans    uint32     `json:"retrans"`
+	Partial    bool       `json:"partial"` // counting started after the connection did
+}
+
+// Snapshot is everything known at one refresh, with the loss counters that
+// every output must show.
+type Snapshot struct {
+	Time    time.Time
+	Records []Record
+	Lost    uint64 // ring-buffer events the kernel could not deliver, since start
+	MapFull uint64 // updates dropped because a BPF map was full, since start
+}
