@@ -1,0 +1,162 @@
+// Package testenv gives integration tests what they share: the root check
+// that fails under CI instead of skipping, and peer hosts in network
+// namespaces connected to ours by a veth pair.
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot skips a test that needs root and BPF, except under CI=true,
+// where the test fails: CI runs as root, so a skip there hides a defect.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root and BPF; CI runs as root, so not being root is a failure")
+	}
+	t.Skip("needs root and BPF (run as root)")
+}
+
+// Peer is a host in its own network namespace, linked to the test's
+// namespace by a veth pair. Addresses come from 198.18.0.0/15 (RFC 2544
+// benchmarking) and fd00:5354::/32, on links that exist only for the test.
+type Peer struct {
+	Name      string // namespace name under /run/netns
+	NS        netns.NsHandle
+	HostIf    string     // veth end in the test's namespace
+	HostIndex int        // its ifindex
+	HostIP4   netip.Addr // address of HostIf
+	PeerIP4   netip.Addr // address of the veth end inside the peer
+	HostIP6   netip.Addr
+	PeerIP6   netip.Addr
+}
+
+// NewPeer creates namespace name with a veth pair to the current namespace.
+// subnet (1-250) picks 198.18.<subnet>.0/24 and fd00:5354:<subnet>::/64, so
+// tests running side by side use distinct ones. Everything is removed when
+// the test ends.
+func NewPeer(t testing.TB, name string, subnet int) *Peer {
+	t.Helper()
+	RequireRoot(t)
+	p := &Peer{
+		Name:    name,
+		HostIf:  name + "-h",
+		HostIP4: netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", subnet)),
+		PeerIP4: netip.MustParseAddr(fmt.Sprintf("198.18.%d.2", subnet)),
+		HostIP6: netip.MustParseAddr(fmt.Sprintf("fd00:5354:%x::1", subnet)),
+		PeerIP6: netip.MustParseAddr(fmt.Sprintf("fd00:5354:%x::2", subnet)),
+	}
+	if err := p.create(); err != nil {
+		p.destroy()
+		t.Fatalf("creating peer namespace %s: %v", name, err)
+	}
+	t.Cleanup(p.destroy)
+	return p
+}
+
+func (p *Peer) create() error {
+	_ = netns.DeleteNamed(p.Name) // left over from an interrupted run
+	if l, err := netlink.LinkByName(p.HostIf); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	self, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	p.NS, err = netns.NewNamed(p.Name) // switches this thread into it
+	if err != nil {
+		return err
+	}
+	if err := netns.Set(self); err != nil {
+		return err
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.HostIf}, PeerName: "eth0",
+		PeerNamespace: netlink.NsFd(p.NS)}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth: %w", err)
+	}
+	host, err := netlink.LinkByName(p.HostIf)
+	if err != nil {
+		return err
+	}
+	p.HostIndex = host.Attrs().Index
+	if err := configure(host, p.HostIP4, p.HostIP6); err != nil {
+		return err
+	}
+	return p.Do(func() error {
+		peer, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			_ = netlink.LinkSetUp(lo)
+		}
+		return configure(peer, p.PeerIP4, p.PeerIP6)
+	})
+}
+
+func configure(l netlink.Link, ip4, ip6 netip.Addr) error {
+	for _, a := range []struct {
+		ip   netip.Addr
+		bits int
+	}{{ip4, 24}, {ip6, 64}} {
+		addr := &netlink.Addr{IPNet: netlink.NewIPNet(a.ip.AsSlice()), Flags: unix.IFA_F_NODAD}
+		addr.IPNet.Mask = net.CIDRMask(a.bits, a.ip.BitLen())
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			return fmt.Errorf("address %s on %s: %w", a.ip, l.Attrs().Name, err)
+		}
+	}
+	return netlink.LinkSetUp(l)
+}
+
+// Do runs fn on an OS thread switched into the peer's namespace. Sockets
+// created there stay in the peer's namespace after Do returns.
+func (p *Peer) Do(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	self, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	if err := netns.Set(p.NS); err != nil {
+		return err
+	}
+	defer netns.Set(self)
+	return fn()
+}
+
+// Inode returns the peer namespace's inode number, the id `-n` and the
+// kernel's net->ns.inum use.
+func (p *Peer) Inode() uint64 {
+	var st unix.Stat_t
+	if unix.Fstat(int(p.NS), &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+func (p *Peer) destroy() {
+	if l, err := netlink.LinkByName(p.HostIf); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	if p.NS.IsOpen() {
+		p.NS.Close()
+	}
+	_ = netns.DeleteNamed(p.Name)
+}
