@@ -37,9 +37,11 @@ func typeText(m *Model, s string) {
 // key is the test's own reading of each sort column, independent of the
 // comparators under test.
 var sortExpectations = map[ColumnID]func(a, b conn.Record) int{
-	ColProto:      func(a, b conn.Record) int { return strings.Compare(a.Proto, b.Proto) },
-	ColLocal:      func(a, b conn.Record) int { return compareEndpoint(a.LocalAddr, a.LocalPort, b.LocalAddr, b.LocalPort) },
-	ColRemote:     func(a, b conn.Record) int { return compareEndpoint(a.RemoteAddr, a.RemotePort, b.RemoteAddr, b.RemotePort) },
+	ColProto: func(a, b conn.Record) int { return strings.Compare(a.Proto, b.Proto) },
+	ColLocal: func(a, b conn.Record) int { return compareEndpoint(a.LocalAddr, a.LocalPort, b.LocalAddr, b.LocalPort) },
+	ColRemote: func(a, b conn.Record) int {
+		return compareEndpoint(a.RemoteAddr, a.RemotePort, b.RemoteAddr, b.RemotePort)
+	},
 	ColPID:        func(a, b conn.Record) int { return cmp.Compare(a.PID, b.PID) },
 	ColProcess:    func(a, b conn.Record) int { return strings.Compare(a.Comm, b.Comm) },
 	ColState:      func(a, b conn.Record) int { return strings.Compare(a.State, b.State) },
