@@ -55,27 +55,109 @@ type column struct {
 	descFirst bool // numbers sort biggest first, names A to Z first
 	text      func(*Row) string
 	compare   func(a, b *Row) int // ascending order
+	// How wide the column's cells are, without formatting every row: a
+	// bounded format (rates, sizes, RTT) has a fixed widest text; a counter
+	// is as wide as its largest value; text columns measure each cell.
+	fixed   int
+	counter func(*Row) uint64
 }
 
 func (c *column) squeezable() bool { return c.minWidth > 0 }
 
-var columns = map[ColumnID]*column{
-	ColProto:      {id: ColProto, title: "Proto", key: "P", text: func(r *Row) string { return r.Proto }, compare: by(func(r *Row) string { return r.Proto })},
-	ColLocal:      {id: ColLocal, title: "Local", key: "a", minWidth: 15, maxWidth: 47, cut: cutHost, text: func(r *Row) string { return r.Local }, compare: byEndpoint(func(r *Row) (netip.Addr, uint16) { return r.LocalAddr, r.LocalPort })},
-	ColRemote:     {id: ColRemote, title: "Remote", key: "A", minWidth: 15, maxWidth: 47, cut: cutHost, text: func(r *Row) string { return r.Remote }, compare: byEndpoint(func(r *Row) (netip.Addr, uint16) { return r.RemoteAddr, r.RemotePort })},
-	ColPID:        {id: ColPID, title: "PID", key: "p", right: true, text: func(r *Row) string { return pidText(r.PID) }, compare: by(func(r *Row) uint32 { return r.PID })},
-	ColProcess:    {id: ColProcess, title: "Process", key: "n", minWidth: 7, maxWidth: 16, text: func(r *Row) string { return r.Comm }, compare: by(func(r *Row) string { return r.Comm })},
-	ColState:      {id: ColState, title: "State", key: "s", text: func(r *Row) string { return r.State }, compare: by(func(r *Row) string { return r.State })},
-	ColRateIn:     {id: ColRateIn, title: "Rate In", key: "r", right: true, descFirst: true, text: func(r *Row) string { return humanRate(r.RateIn) }, compare: by(func(r *Row) float64 { return r.RateIn })},
-	ColRateOut:    {id: ColRateOut, title: "Rate Out", key: "R", right: true, descFirst: true, text: func(r *Row) string { return humanRate(r.RateOut) }, compare: by(func(r *Row) float64 { return r.RateOut })},
-	ColRTT:        {id: ColRTT, title: "RTT", key: "t", right: true, descFirst: true, text: func(r *Row) string { return humanRTT(r.RTTus) }, compare: by(func(r *Row) uint32 { return r.RTTus })},
-	ColBytesIn:    {id: ColBytesIn, title: "Bytes In", right: true, descFirst: true, text: func(r *Row) string { return humanBytes(float64(r.BytesIn)) }, compare: by(func(r *Row) uint64 { return r.BytesIn })},
-	ColBytesOut:   {id: ColBytesOut, title: "Bytes Out", right: true, descFirst: true, text: func(r *Row) string { return humanBytes(float64(r.BytesOut)) }, compare: by(func(r *Row) uint64 { return r.BytesOut })},
-	ColPacketsIn:  {id: ColPacketsIn, title: "Pkts In", right: true, descFirst: true, text: func(r *Row) string { return countText(r.PacketsIn) }, compare: by(func(r *Row) uint64 { return r.PacketsIn })},
-	ColPacketsOut: {id: ColPacketsOut, title: "Pkts Out", right: true, descFirst: true, text: func(r *Row) string { return countText(r.PacketsOut) }, compare: by(func(r *Row) uint64 { return r.PacketsOut })},
-	ColRetrans:    {id: ColRetrans, title: "Retrans", right: true, descFirst: true, text: func(r *Row) string { return countText(uint64(r.Retrans)) }, compare: by(func(r *Row) uint32 { return r.Retrans })},
-	ColCgroup:     {id: ColCgroup, title: "Cgroup", minWidth: 8, maxWidth: 60, cut: cutHead, text: func(r *Row) string { return r.Cgroup }, compare: by(func(r *Row) string { return r.Cgroup })},
-	ColConns:      {id: ColConns, title: "Conns", right: true, descFirst: true, text: func(r *Row) string { return countText(uint64(r.Conns)) }, compare: by(func(r *Row) int { return r.Conns })},
+// Widest texts of the bounded formats: "999 kB/s" < "1.23 MB/s", "12.4 ms".
+const (
+	rateWidth  = len("1.23 MB/s")
+	bytesWidth = len("1.23 MB")
+	rttWidth   = len("12.4 ms")
+)
+
+func textColumn(id ColumnID, title, key string, field func(*Row) string) *column {
+	return &column{id: id, title: title, key: key, text: field, compare: by(field)}
+}
+
+func counterColumn[T uint32 | uint64 | int](id ColumnID, title, key string, field func(*Row) T) *column {
+	count := func(r *Row) uint64 { return uint64(field(r)) }
+	return &column{id: id, title: title, key: key, right: true, descFirst: true, counter: count,
+		text: func(r *Row) string { return countText(count(r)) }, compare: by(field)}
+}
+
+func formattedColumn[T uint32 | uint64 | float64](id ColumnID, title, key string, width int, field func(*Row) T, format func(T) string) *column {
+	return &column{id: id, title: title, key: key, right: true, descFirst: true, fixed: width,
+		text: func(r *Row) string { return format(field(r)) }, compare: by(field)}
+}
+
+func with(c *column, f func(*column)) *column { f(c); return c }
+
+var columns = func() map[ColumnID]*column {
+	bytes := func(v uint64) string { return humanBytes(float64(v)) }
+	local := func(r *Row) (netip.Addr, uint16) { return r.LocalAddr, r.LocalPort }
+	remote := func(r *Row) (netip.Addr, uint16) { return r.RemoteAddr, r.RemotePort }
+	all := []*column{
+		textColumn(ColProto, "Proto", "P", func(r *Row) string { return r.Proto }),
+		with(textColumn(ColLocal, "Local", "a", func(r *Row) string { return r.Local }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(local)
+		}),
+		with(textColumn(ColRemote, "Remote", "A", func(r *Row) string { return r.Remote }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(remote)
+		}),
+		with(counterColumn(ColPID, "PID", "p", func(r *Row) uint32 { return r.PID }), func(c *column) {
+			c.descFirst, c.text = false, func(r *Row) string { return pidText(r.PID) }
+		}),
+		with(textColumn(ColProcess, "Process", "n", func(r *Row) string { return r.Comm }), func(c *column) {
+			c.minWidth, c.maxWidth = 7, 16
+		}),
+		textColumn(ColState, "State", "s", func(r *Row) string { return r.State }),
+		formattedColumn(ColRateIn, "Rate In", "r", rateWidth, func(r *Row) float64 { return r.RateIn }, humanRate),
+		formattedColumn(ColRateOut, "Rate Out", "R", rateWidth, func(r *Row) float64 { return r.RateOut }, humanRate),
+		formattedColumn(ColRTT, "RTT", "t", rttWidth, func(r *Row) uint32 { return r.RTTus }, humanRTT),
+		formattedColumn(ColBytesIn, "Bytes In", "", bytesWidth, func(r *Row) uint64 { return r.BytesIn }, bytes),
+		formattedColumn(ColBytesOut, "Bytes Out", "", bytesWidth, func(r *Row) uint64 { return r.BytesOut }, bytes),
+		counterColumn(ColPacketsIn, "Pkts In", "", func(r *Row) uint64 { return r.PacketsIn }),
+		counterColumn(ColPacketsOut, "Pkts Out", "", func(r *Row) uint64 { return r.PacketsOut }),
+		counterColumn(ColRetrans, "Retrans", "", func(r *Row) uint32 { return r.Retrans }),
+		with(textColumn(ColCgroup, "Cgroup", "", func(r *Row) string { return r.Cgroup }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
+		}),
+		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
+	}
+	byID := make(map[ColumnID]*column, len(all))
+	for _, c := range all {
+		byID[c.id] = c
+	}
+	return byID
+}()
+
+// contentWidth is the width of the column's widest cell among rows.
+func (c *column) contentWidth(rows []*Row) int {
+	switch {
+	case c.fixed > 0:
+		return c.fixed
+	case c.counter != nil:
+		var most uint64
+		for _, r := range rows {
+			most = max(most, c.counter(r))
+		}
+		return len(countText(most))
+	}
+	w := 0
+	for _, r := range rows {
+		w = max(w, textWidth(c.text(r)))
+	}
+	return w
+}
+
+// naturalWidth is the width the column would like: its widest cell or its
+// title (with the sort arrow when sorted), within its maximum.
+func (c *column) naturalWidth(content int, sorted bool) int {
+	title := textWidth(c.title)
+	if sorted {
+		title++
+	}
+	w := max(content, title)
+	if c.maxWidth > 0 {
+		w = min(w, c.maxWidth)
+	}
+	return w
 }
 
 func by[T cmp.Ordered](field func(*Row) T) func(a, b *Row) int {

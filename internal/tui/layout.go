@@ -3,6 +3,7 @@ package tui
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/x/ansi"
 )
@@ -71,12 +72,24 @@ func fit(v *view, ids []ColumnID, natural map[ColumnID]int, width int, sorted Co
 	return l
 }
 
+// textWidth is the number of terminal cells s takes. Nearly every cell is
+// ASCII (addresses, numbers, most process names), where that is its length;
+// measuring grapheme clusters for all of them would dominate a refresh.
+func textWidth(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return ansi.StringWidth(s)
+		}
+	}
+	return len(s)
+}
+
 // cell fits text into width cells: cut the way the column wants, then pad.
 func cell(c *column, text string, width int) string {
-	if ansi.StringWidth(text) > width {
+	if textWidth(text) > width {
 		text = shorten(text, width, c.cut)
 	}
-	pad := width - ansi.StringWidth(text)
+	pad := width - textWidth(text)
 	if pad <= 0 {
 		return text
 	}

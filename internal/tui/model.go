@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/charmbracelet/x/ansi"
-
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
@@ -28,7 +26,7 @@ type Model struct {
 
 	snap      conn.Snapshot // on screen
 	received  bool          // a snapshot has arrived
-	pending   conn.Snapshot // newest snapshot taken while paused
+	pending   prepared      // newest snapshot taken while paused
 	unseen    int           // snapshots taken while paused
 	rows      []Row         // one per record of snap
 	processes []Row         // per-process sums backing shown in the process view
@@ -45,7 +43,7 @@ type Model struct {
 	offset int      // first row on screen
 
 	width, height int
-	natural       map[ColumnID]int
+	content       map[ColumnID]int // widest cell per column, for the layout
 	layout        layout
 	hint          string // a one-key-press note in the status bar
 }
@@ -66,19 +64,30 @@ func NewModel(h Header, s Sort) *Model {
 
 // Update takes a new snapshot. While paused it is kept aside (only the
 // newest) and shown when the display resumes.
-func (m *Model) Update(s conn.Snapshot) {
+func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s)) }
+
+// prepared is a snapshot with its rows built: the part of a refresh that
+// does not depend on what is on screen, done off the UI goroutine by Run.
+type prepared struct {
+	snap conn.Snapshot
+	rows []Row
+}
+
+func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records)} }
+
+func (m *Model) take(p prepared) {
 	if m.paused {
-		m.pending = s
+		m.pending = p
 		m.unseen++
 		return
 	}
-	m.show(s)
+	m.show(p)
 }
 
-func (m *Model) show(s conn.Snapshot) {
-	m.snap = s
+func (m *Model) show(p prepared) {
+	m.snap = p.snap
 	m.received = true
-	m.rows = newRows(s.Records)
+	m.rows = p.rows
 	m.rebuild()
 }
 
@@ -203,7 +212,7 @@ func (m *Model) togglePause() {
 	if !m.paused && m.unseen > 0 {
 		m.unseen = 0
 		m.show(m.pending)
-		m.pending = conn.Snapshot{}
+		m.pending = prepared{}
 	}
 }
 
@@ -223,7 +232,7 @@ func (m *Model) sortBy(id ColumnID) {
 	}
 	m.sorts[m.view] = s
 	m.cursor = id
-	m.rebuild()
+	m.resort()
 }
 
 func (m *Model) moveCursor(step int) {
@@ -248,7 +257,7 @@ func (m *Model) scroll(step int) {
 }
 
 // rebuild recomputes the table from the snapshot's rows: filter, group,
-// sort, then lay out.
+// measure, sort, lay out.
 func (m *Model) rebuild() {
 	needle := strings.ToLower(m.filter)
 	m.shown = m.shown[:0]
@@ -264,6 +273,16 @@ func (m *Model) rebuild() {
 			m.shown = append(m.shown, &m.processes[i])
 		}
 	}
+	m.content = make(map[ColumnID]int)
+	for _, id := range m.view.visible(m.extra) {
+		m.content[id] = columns[id].contentWidth(m.shown)
+	}
+	m.resort()
+}
+
+// resort orders the shown rows; the rows themselves, and so the widths of
+// their cells, are unchanged.
+func (m *Model) resort() {
 	s := m.sorts[m.view]
 	compare, tieBreak := columns[s.Column].compare, m.view.tieBreak
 	slices.SortFunc(m.shown, func(a, b *Row) int {
@@ -276,27 +295,17 @@ func (m *Model) rebuild() {
 		}
 		return tieBreak(a, b)
 	})
-	m.natural = make(map[ColumnID]int)
-	for _, id := range m.view.visible(m.extra) {
-		c := columns[id]
-		w := ansi.StringWidth(c.title)
-		if id == s.Column {
-			w++ // the sort arrow
-		}
-		for _, r := range m.shown {
-			w = max(w, ansi.StringWidth(c.text(r)))
-		}
-		if c.maxWidth > 0 {
-			w = min(w, c.maxWidth)
-		}
-		m.natural[id] = w
-	}
 	m.relayout()
 	m.scroll(0)
 }
 
 func (m *Model) relayout() {
-	m.layout = fit(m.view, m.view.visible(m.extra), m.natural, m.width, m.sorts[m.view].Column)
+	sorted := m.sorts[m.view].Column
+	natural := make(map[ColumnID]int, len(m.content))
+	for id, w := range m.content {
+		natural[id] = columns[id].naturalWidth(w, id == sorted)
+	}
+	m.layout = fit(m.view, m.view.visible(m.extra), natural, m.width, sorted)
 }
 
 // headerLines is the height of the summary header: a fourth line appears

@@ -50,7 +50,7 @@ func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options
 					return err
 				}
 			}
-			p.Send(snapshotMsg(s))
+			p.Send(snapshotMsg(prepare(s)))
 			return nil
 		})
 		p.Send(stopMsg{})
@@ -70,7 +70,7 @@ func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options
 }
 
 type (
-	snapshotMsg conn.Snapshot
+	snapshotMsg prepared
 	stopMsg     struct{} // the collector ended: --count, --duration, or an error
 )
 
@@ -91,7 +91,7 @@ func (s *screen) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return s, tea.Quit
 		}
 	case snapshotMsg:
-		s.model.Update(conn.Snapshot(msg))
+		s.model.take(prepared(msg))
 	case stopMsg:
 		return s, tea.Quit
 	}
