@@ -257,32 +257,31 @@ func TestColumnToggle(t *testing.T) {
 func TestPerProcessAggregation(t *testing.T) {
 	m := newFixtureModel(t, 200, 40)
 	press(m, "g")
-	want := map[uint32]conn.Record{}
-	conns := map[uint32]int{}
-	for _, r := range fixture().Records {
-		w := want[r.PID]
-		w.PID, w.Comm = r.PID, r.Comm
-		w.BytesIn += r.BytesIn
-		w.BytesOut += r.BytesOut
-		w.PacketsIn += r.PacketsIn
-		w.PacketsOut += r.PacketsOut
-		w.RateIn += r.RateIn
-		w.RateOut += r.RateOut
-		w.Retrans += r.Retrans
-		want[r.PID] = w
-		if r.Event != conn.Closed {
-			conns[r.PID]++
+	// totals lists the summed quantities; open connections count as 1.
+	totals := func(r conn.Record) [8]float64 {
+		open := 1.0
+		if r.Event == conn.Closed {
+			open = 0
 		}
+		return [8]float64{open, float64(r.BytesIn), float64(r.BytesOut), float64(r.PacketsIn),
+			float64(r.PacketsOut), r.RateIn, r.RateOut, float64(r.Retrans)}
+	}
+	want := map[uint32][8]float64{}
+	for _, r := range fixture().Records {
+		sum, add := want[r.PID], totals(r)
+		for i := range sum {
+			sum[i] += add[i]
+		}
+		want[r.PID] = sum
 	}
 	if len(m.shown) != len(want) {
 		t.Fatalf("%d process rows, want %d", len(m.shown), len(want))
 	}
 	for _, r := range m.shown {
-		w := want[r.PID]
-		got := conn.Record{PID: r.PID, Comm: r.Comm, BytesIn: r.BytesIn, BytesOut: r.BytesOut, PacketsIn: r.PacketsIn,
-			PacketsOut: r.PacketsOut, RateIn: r.RateIn, RateOut: r.RateOut, Retrans: r.Retrans}
-		if got != w || r.Conns != conns[r.PID] {
-			t.Errorf("pid %d: %+v conns %d, want %+v conns %d", r.PID, got, r.Conns, w, conns[r.PID])
+		got := totals(r.Record)
+		got[0] = float64(r.Conns)
+		if got != want[r.PID] {
+			t.Errorf("pid %d (%s): conns, bytes, packets, rates, retrans %v, want %v", r.PID, r.Comm, got, want[r.PID])
 		}
 	}
 	nginx := m.shown[slices.IndexFunc(m.shown, func(r *Row) bool { return r.Comm == "nginx" })]
