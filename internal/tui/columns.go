@@ -64,10 +64,10 @@ type column struct {
 
 func (c *column) squeezable() bool { return c.minWidth > 0 }
 
-// Widest texts of the bounded formats: "999 kB/s" < "1.23 MB/s", "12.4 ms".
+// Widest texts of the bounded formats: "999B/s" < "1.23MiB/s", "12.4 ms".
 const (
-	rateWidth  = len("1.23 MB/s")
-	bytesWidth = len("1.23 MB")
+	rateWidth  = len("1.23MiB/s")
+	bytesWidth = len("1.23MiB")
 	rttWidth   = len("12.4 ms")
 )
 

@@ -6,19 +6,20 @@ import (
 	"strconv"
 )
 
-// humanBytes renders a byte count in decimal units with at most three
-// significant digits, so columns stay narrow and comparable at a glance.
+// humanBytes renders a byte count in binary units, like stream does
+// (512B, 1.50KiB, 12.3MiB), with at most three significant digits so
+// columns stay narrow and comparable at a glance.
 func humanBytes(v float64) string {
-	const units = "kMGTPE"
-	if v < 1000 {
-		return strconv.FormatFloat(v, 'f', 0, 64) + " B"
+	const units = "KMGTPE"
+	if v < 999.5 {
+		return strconv.FormatFloat(v, 'f', 0, 64) + "B"
 	}
 	i := -1
 	for v >= 999.5 && i < len(units)-1 {
-		v /= 1000
+		v /= 1024
 		i++
 	}
-	return threeDigits(v) + " " + units[i:i+1] + "B"
+	return threeDigits(v) + units[i:i+1] + "iB"
 }
 
 func humanRate(v float64) string { return humanBytes(v) + "/s" }

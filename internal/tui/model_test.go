@@ -499,8 +499,8 @@ func TestInitialSortInProcessView(t *testing.T) {
 }
 
 func TestHumanFormats(t *testing.T) {
-	for v, want := range map[float64]string{0: "0 B", 999: "999 B", 1000: "1.00 kB", 1234: "1.23 kB", 99_949: "99.9 kB",
-		99_950: "100 kB", 999_499: "999 kB", 999_500: "1.00 MB", 12_400_000: "12.4 MB", 3.2e12: "3.20 TB"} {
+	for v, want := range map[float64]string{0: "0B", 999: "999B", 1000: "0.98KiB", 1024: "1.00KiB", 1264: "1.23KiB",
+		102_348: "99.9KiB", 102_349: "100KiB", 1_023_487: "999KiB", 1_023_488: "0.98MiB", 13_002_342: "12.4MiB", 3.52e12: "3.20TiB"} {
 		if got := humanBytes(v); got != want {
 			t.Errorf("humanBytes(%v) = %q, want %q", v, got, want)
 		}

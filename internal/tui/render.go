@@ -22,7 +22,7 @@ View    c  extra columns: bytes, packets, retransmits, cgroup
         ?  this help (any key closes it)     q  Ctrl-C  quit
 Marks   +  new    -  closed (final totals)    ~  partial (counted
         from start-up)    brighter rows move more bytes: idle,
-        under 10 kB/s, 1 MB/s, 100 MB/s, more`
+        under 10KiB/s, under 1MiB/s, under 100MiB/s, more`
 
 // Render draws the whole screen: exactly height lines, none wider than width.
 func (m *Model) Render(t *Theme) string {

@@ -56,17 +56,17 @@ func (t *Theme) paint(s lipgloss.Style, text string) string {
 }
 
 // bandwidthLevel grades in+out bandwidth on a log scale with fixed
-// thresholds (idle, <10 kB/s, <1 MB/s, <100 MB/s, more), so a row's
+// thresholds (idle, <10KiB/s, <1MiB/s, <100MiB/s, more), so a row's
 // brightness means the same thing from one refresh to the next.
 func bandwidthLevel(bytesPerSec float64) int {
 	switch {
 	case bytesPerSec < 1:
 		return 0
-	case bytesPerSec < 1e4:
+	case bytesPerSec < 10<<10:
 		return 1
-	case bytesPerSec < 1e6:
+	case bytesPerSec < 1<<20:
 		return 2
-	case bytesPerSec < 1e8:
+	case bytesPerSec < 100<<20:
 		return 3
 	default:
 		return 4
