@@ -74,4 +74,12 @@ func pidText(pid uint32) string {
 	return strconv.FormatUint(uint64(pid), 10)
 }
 
+// orDash shows an unknown name (a socket whose owner was never seen) as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func countText(v uint64) string { return strconv.FormatUint(v, 10) }
