@@ -31,8 +31,10 @@ type Options struct {
 // interval from its own goroutine, so a slow snapshot never delays a key
 // press, and it keeps being called while the display is paused. After the
 // user quits, source (and OnSnapshot) run once more so the data collected
-// since the last refresh is not lost, exactly as when a stream ends.
+// since the last refresh is not lost, exactly as when a stream ends. Log
+// records written meanwhile are held and written when the terminal is back.
 func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options) error {
+	defer holdLogs()()
 	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval)}, opts.Sort)
 	p := tea.NewProgram(&screen{model: m, theme: ColorTheme()}, append([]tea.ProgramOption{tea.WithContext(ctx)}, opts.program...)...)
 

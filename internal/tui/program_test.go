@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -176,5 +177,34 @@ func BenchmarkKeyToScreen10k(b *testing.B) {
 	term.press(b, "q")
 	if err := <-done; err != nil {
 		b.Fatal(err)
+	}
+}
+
+func TestRunHoldsLogsUntilTheTerminalIsBack(t *testing.T) {
+	var logged strings.Builder
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	var warned atomic.Bool
+	source := func() (conn.Snapshot, error) {
+		if !warned.Swap(true) {
+			slog.With("hook", "sock_send_length").Warn("map nearly full", "entries", 65000)
+			slog.Debug("below the level: dropped")
+		}
+		return fixture(), nil
+	}
+	term, done := startRun(t, source, Options{Refresh: refresh(10*time.Millisecond, 0)})
+	waitFor(t, "a snapshot on screen", func() bool { return strings.Contains(term.output(), "systemd-resolved") })
+	if logged.Len() != 0 {
+		t.Fatalf("a log line reached stderr while the table was up: %q", logged.String())
+	}
+	term.press(t, "q")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := logged.String(); strings.Count(got, "\n") != 1 ||
+		!strings.Contains(got, `msg="map nearly full" hook=sock_send_length entries=65000`) {
+		t.Fatalf("held logs written after exit: %q", got)
 	}
 }
