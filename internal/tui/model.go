@@ -25,6 +25,7 @@ type Model struct {
 	header Header
 
 	snap      conn.Snapshot // on screen
+	sum       summary       // of snap, for the header
 	received  bool          // a snapshot has arrived
 	pending   prepared      // newest snapshot taken while paused
 	unseen    int           // snapshots taken while paused
@@ -71,9 +72,10 @@ func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s)) }
 type prepared struct {
 	snap conn.Snapshot
 	rows []Row
+	sum  summary
 }
 
-func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records)} }
+func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records), summarize(s.Records)} }
 
 func (m *Model) take(p prepared) {
 	if m.paused {
@@ -85,7 +87,7 @@ func (m *Model) take(p prepared) {
 }
 
 func (m *Model) show(p prepared) {
-	m.snap = p.snap
+	m.snap, m.sum = p.snap, p.sum
 	m.received = true
 	m.rows = p.rows
 	m.rebuild()

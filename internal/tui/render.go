@@ -49,32 +49,20 @@ func (m *Model) summary(t *Theme) []string {
 	if m.received {
 		right = m.snap.Time.Format("15:04:05")
 	}
-	states, tcp, udp := stateCounts(m.snap.Records)
 	var byState []string
-	for _, s := range states {
+	for _, s := range m.sum.tcpStates {
 		byState = append(byState, fmt.Sprintf("%s %d", s.state, s.n))
 	}
-	counts := fmt.Sprintf("TCP %d", tcp)
+	counts := fmt.Sprintf("TCP %d", m.sum.tcp)
 	if len(byState) > 0 {
 		counts += " (" + strings.Join(byState, ", ") + ")"
 	}
-	counts += fmt.Sprintf("   UDP %d", udp)
-	var in, out float64
-	var fresh, closed int
-	for _, r := range m.snap.Records {
-		in += r.RateIn
-		out += r.RateOut
-		switch r.Event {
-		case conn.New:
-			fresh++
-		case conn.Closed:
-			closed++
-		}
-	}
+	counts += fmt.Sprintf("   UDP %d", m.sum.udp)
 	lines := []string{
 		m.spread(t.paint(t.title, ansi.Truncate(left, m.width-len(right)-1, ellipsis)), right),
 		m.fitLine(counts),
-		m.fitLine(fmt.Sprintf("In %s   Out %s   %d new, %d closed since the last refresh", humanRate(in), humanRate(out), fresh, closed)),
+		m.fitLine(fmt.Sprintf("In %s   Out %s   %d new, %d closed since the last refresh",
+			humanRate(m.sum.in), humanRate(m.sum.out), m.sum.fresh, m.sum.gone)),
 	}
 	if m.headerLines() == 4 {
 		lines = append(lines, t.paint(t.warn, m.fitLine(fmt.Sprintf(

@@ -73,30 +73,46 @@ func perProcess(rows []*Row) []Row {
 	return out
 }
 
-// stateCounts counts open connections per TCP state, busiest state first,
-// and UDP flows, for the summary header.
-func stateCounts(recs []conn.Record) (tcp []stateCount, tcpTotal, udp int) {
-	byState := make(map[string]int)
-	for _, r := range recs {
-		switch {
-		case r.Event == conn.Closed:
-		case r.Proto == "udp":
-			udp++
-		default:
-			tcpTotal++
-			byState[r.State]++
-		}
-	}
-	for s, n := range byState {
-		tcp = append(tcp, stateCount{s, n})
-	}
-	slices.SortFunc(tcp, func(a, b stateCount) int {
-		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.state, b.state))
-	})
-	return tcp, tcpTotal, udp
+// summary is what the header says about a snapshot: open connections per
+// TCP state (busiest first), UDP flows, total bandwidth and this refresh's
+// arrivals and departures. It covers every record, whatever the `/` filter.
+type summary struct {
+	tcpStates   []stateCount
+	tcp, udp    int
+	in, out     float64
+	fresh, gone int
 }
 
 type stateCount struct {
 	state string
 	n     int
+}
+
+func summarize(recs []conn.Record) summary {
+	var s summary
+	byState := make(map[string]int)
+	for _, r := range recs {
+		s.in += r.RateIn
+		s.out += r.RateOut
+		switch {
+		case r.Event == conn.Closed:
+			s.gone++
+			continue
+		case r.Event == conn.New:
+			s.fresh++
+		}
+		if r.Proto == "udp" {
+			s.udp++
+		} else {
+			s.tcp++
+			byState[r.State]++
+		}
+	}
+	for state, n := range byState {
+		s.tcpStates = append(s.tcpStates, stateCount{state, n})
+	}
+	slices.SortFunc(s.tcpStates, func(a, b stateCount) int {
+		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.state, b.state))
+	})
+	return s
 }
