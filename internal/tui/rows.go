@@ -43,7 +43,8 @@ func (r *Row) matches(needle string) bool {
 	return needle == "" || strings.Contains(r.search, needle)
 }
 
-// perProcess sums rows by PID. A process's name and cgroup are those of its
+// perProcess sums rows by PID; the rows are already filtered, so the sums
+// are of the connections the filter selected. A process's name and cgroup are those of its
 // first row; RTT is the worst (highest) of its connections, because an
 // average would hide the one slow peer a person is looking for.
 func perProcess(rows []*Row) []Row {
@@ -66,9 +67,6 @@ func perProcess(rows []*Row) []Row {
 		p.RateOut += r.RateOut
 		p.Retrans += r.Retrans
 		p.RTTus = max(p.RTTus, r.RTTus)
-	}
-	for i := range out {
-		out[i].search = strings.ToLower(pidText(out[i].PID) + " " + out[i].Comm + " " + out[i].Cgroup)
 	}
 	return out
 }
