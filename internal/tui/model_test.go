@@ -524,3 +524,12 @@ func TestHumanFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestBandwidthLevels(t *testing.T) {
+	for bps, want := range map[float64]int{0: 0, 0.5: 0, 1: 1, 10<<10 - 1: 1, 10 << 10: 2, 1<<20 - 1: 2,
+		1 << 20: 3, 100<<20 - 1: 3, 100 << 20: 4, 1e12: 4} {
+		if got := bandwidthLevel(bps); got != want {
+			t.Errorf("bandwidthLevel(%v) = %d, want %d", bps, got, want)
+		}
+	}
+}
