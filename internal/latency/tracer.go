@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,7 @@ type Tracer struct {
 // timestamping on and attaches every enabled hook with the first backend that
 // works. On error nothing stays attached or loaded.
 func Start(cfg Config) (_ *Tracer, err error) {
+	cfg.Backend = cmp.Or(cfg.Backend, features.Auto)
 	spec, err := loadLatency()
 	if err != nil {
 		return nil, fmt.Errorf("reading BPF object: %w", err)
