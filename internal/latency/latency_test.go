@@ -2,7 +2,10 @@ package latency
 
 import (
 	"github.com/stacktop/stacktop/internal/hist"
+	"os"
+	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -33,7 +36,7 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 			UDPSocketRead:     datagrams,
 		}
 		for hook, n := range want {
-			h := got[hook.String()]
+			h := got.of(hook)
 			if h.Count() < n {
 				t.Errorf("IPv%d %s: %d samples, want at least %d", f, hook, h.Count(), n)
 			}
@@ -45,10 +48,128 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 	}
 }
 
-func counts(m map[string]hist.Histogram) map[string]uint64 {
+func counts(m hookHists) map[string]uint64 {
 	out := map[string]uint64{}
 	for k, h := range m {
 		out[k] = h.Count()
 	}
 	return out
+}
+
+// TestSocketReadIncludesApplicationDelay has the receiver sleep 100 ms
+// before each read: the socket-read hooks must put those reads at or above
+// 2^26 ns (67 ms) while the enqueued hooks, for the same packets, stay below
+// 2^24 ns (16 ms).
+func TestSocketReadIncludesApplicationDelay(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-delay", 2)
+	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
+	waitForStamps(t, tr, p)
+
+	const n = 3
+	before := totals(t, tr)
+	udpToHost(t, p, v4, n, 100*time.Millisecond)
+	tcpToHost(t, p, v6, n, 100*time.Millisecond)
+	got := delta(before, totals(t, tr))
+
+	for _, hook := range []Hook{TCPSocketRead, UDPSocketRead} {
+		h := got.of(hook)
+		if below := sumBuckets(h, 0, 25); h.Count() < n || below != 0 {
+			t.Errorf("%s: %d reads, %d of them below 2^26 ns; want >= %d, none below: %v", hook, h.Count(), below, n, h.Buckets)
+		}
+	}
+	for _, hook := range []Hook{TCPSocketEnqueued, UDPSocketEnqueued} {
+		h := got.of(hook)
+		if above := sumBuckets(h, 24, hist.MaxSlot); h.Count() < n || above != 0 {
+			t.Errorf("%s: %d samples, %d of them above 2^24 ns; want >= %d, none above: %v", hook, h.Count(), above, n, h.Buckets)
+		}
+	}
+}
+
+func sumBuckets(h *hist.Histogram, from, to int) uint64 {
+	var n uint64
+	for i := from; i <= to; i++ {
+		n += h.Buckets[i]
+	}
+	return n
+}
+
+// TestPIDFilter: -p applies to the socket-read hooks (the reading task), as
+// in netstacklat. Filtering on another process hides our reads; filtering on
+// ours keeps them; the enqueued hooks are not filtered by pid.
+func TestPIDFilter(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-pid", 3)
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+
+	for _, tc := range []struct {
+		name  string
+		pid   int
+		reads bool
+	}{{"another process", other.Process.Pid, false}, {"this process", os.Getpid(), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, PIDs: []uint32{uint32(tc.pid)}})
+			waitForStamps(t, tr, p)
+			const n = 5
+			before := totals(t, tr)
+			udpToHost(t, p, v4, n, 0)
+			tcpToHost(t, p, v4, n, 0)
+			got := delta(before, totals(t, tr))
+			for _, hook := range []Hook{TCPSocketRead, UDPSocketRead} {
+				if c := got.of(hook).Count(); (c >= n) != tc.reads || (!tc.reads && c != 0) {
+					t.Errorf("-p %d: %s counted %d of our %d reads", tc.pid, hook, c, n)
+				}
+			}
+			for _, hook := range []Hook{TCPSocketEnqueued, UDPSocketEnqueued} {
+				if c := got.of(hook).Count(); c < n {
+					t.Errorf("-p %d: %s counted %d, want >= %d (not filtered by pid)", tc.pid, hook, c, n)
+				}
+			}
+		})
+	}
+}
+
+// TestInterfaceFilterAndGrouping: with -i of one veth and -I, every series
+// carries that interface's name and its traffic is all counted; the other
+// veth's traffic is not. Without -i, -I splits the two veths.
+func TestInterfaceFilterAndGrouping(t *testing.T) {
+	a := testenv.NewPeer(t, "stl-ifa", 4)
+	b := testenv.NewPeer(t, "stl-ifb", 5)
+	const n = 7
+
+	t.Run("filter", func(t *testing.T) {
+		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex)}, GroupByIface: true})
+		waitForStamps(t, tr, a)
+		before := totals(t, tr)
+		udpToHost(t, a, v4, n, 0)
+		udpToHost(t, b, v4, n, 0)
+		got := delta(before, totals(t, tr))
+		for _, s := range mustRead(t, tr) {
+			if s.Iface != a.HostIf {
+				t.Errorf("-i %s: series for interface %q: %+v", a.HostIf, s.Iface, s)
+			}
+		}
+		for _, hook := range []Hook{UDPStart, UDPSocketEnqueued, UDPSocketRead} {
+			if c := got.of(hook).Count(); c != n {
+				t.Errorf("-i %s: %s counted %d, want exactly %d", a.HostIf, hook, c, n)
+			}
+		}
+	})
+	t.Run("group", func(t *testing.T) {
+		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex), uint32(b.HostIndex)}, GroupByIface: true})
+		waitForStamps(t, tr, a)
+		udpToHost(t, a, v4, n, 0)
+		udpToHost(t, b, v4, 2*n, 0)
+		perIface := map[string]uint64{}
+		for _, s := range mustRead(t, tr) {
+			if s.Hook == UDPSocketRead.String() {
+				perIface[s.Iface] += s.Hist.Count()
+			}
+		}
+		if perIface[a.HostIf] < n || perIface[b.HostIf] != 2*n {
+			t.Errorf("udp-socket-read per interface: %v, want %s >= %d and %s = %d", perIface, a.HostIf, n, b.HostIf, 2*n)
+		}
+	})
 }

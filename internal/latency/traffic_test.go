@@ -184,14 +184,23 @@ func checksum(b []byte) uint16 {
 	return ^uint16(sum)
 }
 
+// hookHists holds one histogram per hook name.
+type hookHists map[string]hist.Histogram
+
+// of returns hook's histogram (empty when the hook recorded nothing).
+func (m hookHists) of(h Hook) *hist.Histogram {
+	v := m[h.String()]
+	return &v
+}
+
 // totals sums a tracer's series per hook (over interfaces and cgroups).
-func totals(t *testing.T, tr *Tracer) map[string]hist.Histogram {
+func totals(t *testing.T, tr *Tracer) hookHists {
 	t.Helper()
 	series, err := tr.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]hist.Histogram{}
+	out := hookHists{}
 	for _, s := range series {
 		h := out[s.Hook]
 		h.Add(&s.Hist)
@@ -201,8 +210,8 @@ func totals(t *testing.T, tr *Tracer) map[string]hist.Histogram {
 }
 
 // delta returns after - before per hook.
-func delta(before, after map[string]hist.Histogram) map[string]hist.Histogram {
-	out := map[string]hist.Histogram{}
+func delta(before, after hookHists) hookHists {
+	out := hookHists{}
 	for hook, a := range after {
 		b := before[hook]
 		var d hist.Histogram
@@ -256,4 +265,24 @@ func mustRead(t *testing.T, tr *Tracer) []hist.Series {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// udpToPeer sends n datagrams from our namespace to a socket inside the
+// peer's namespace, which we read from this process.
+func udpToPeer(t *testing.T, p *testenv.Peer, n int) {
+	t.Helper()
+	var srv *net.UDPConn
+	if err := p.Do(func() (err error) {
+		srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.PeerIP4, 0)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	readDatagrams(t, c, srv, n, 0)
 }
