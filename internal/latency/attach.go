@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // attachment is a loaded program attached wherever it needs to be; several
@@ -51,8 +52,9 @@ type netfilterAttachment struct {
 	hook     link.NetfilterInetHook
 	priority int32
 
-	mu   sync.Mutex
-	inNS map[uint64]*nsLinks
+	mu      sync.Mutex
+	inNS    map[uint64]*nsLinks
+	refused map[uint64]bool // namespaces not to retry while they live
 }
 
 // nsLinks are the links in one namespace and a handle that keeps the
@@ -75,26 +77,53 @@ func (n *nsLinks) close() error {
 }
 
 func newNetfilterAttachment(prog *ebpf.Program, hook link.NetfilterInetHook, priority int32, scope *netnsScope) (attachment, error) {
-	a := &netfilterAttachment{prog: prog, hook: hook, priority: priority, inNS: map[uint64]*nsLinks{}}
-	if err := a.sync(scope, true); err != nil {
+	a := &netfilterAttachment{prog: prog, hook: hook, priority: priority, inNS: map[uint64]*nsLinks{},
+		refused: map[uint64]bool{}}
+	// With every namespace in scope, one that cannot be attached to (it
+	// may be vanishing) must not prevent watching the others.
+	if err := a.sync(scope, scope.mode != AllNetns); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
 	return a, nil
 }
 
-// linkHere attaches the program for both families in the calling thread's namespace.
+// priorityTries bounds the search for a free priority: netfilter refuses a
+// second BPF program at the same hook and priority (EBUSY), which another
+// stacktop, or another tool's program, may already hold.
+const priorityTries = 16
+
+// linkHere attaches the program for both families in the calling thread's
+// namespace, at the configured priority or the nearest free one towards
+// the middle.
 func (a *netfilterAttachment) linkHere() ([]link.Link, error) {
 	var links []link.Link
-	for _, pf := range []link.NetfilterProtocolFamily{link.NetfilterProtoIPv4, link.NetfilterProtoIPv6} {
-		l, err := link.AttachNetfilter(link.NetfilterOptions{Program: a.prog, ProtocolFamily: pf,
-			Hook: a.hook, Priority: a.priority})
-		if err != nil {
-			for _, done := range links {
-				done.Close()
-			}
-			return nil, err
+	fail := func(err error) ([]link.Link, error) {
+		for _, done := range links {
+			done.Close()
 		}
-		links = append(links, l)
+		return nil, err
+	}
+	step := int32(1)
+	if a.priority > 0 {
+		step = -1
+	}
+	for _, pf := range []link.NetfilterProtocolFamily{link.NetfilterProtoIPv4, link.NetfilterProtoIPv6} {
+		var err error
+		for i := range int32(priorityTries) {
+			var l link.Link
+			l, err = link.AttachNetfilter(link.NetfilterOptions{Program: a.prog, ProtocolFamily: pf,
+				Hook: a.hook, Priority: a.priority + i*step})
+			if err == nil {
+				links = append(links, l)
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				return fail(err)
+			}
+		}
+		if err != nil {
+			return fail(fmt.Errorf("no free priority near %d: %w", a.priority, err))
+		}
 	}
 	return links, nil
 }
@@ -114,8 +143,13 @@ func (a *netfilterAttachment) sync(scope *netnsScope, strict bool) error {
 			delete(a.inNS, ino)
 		}
 	}
+	for ino := range a.refused {
+		if _, ok := want[ino]; !ok {
+			delete(a.refused, ino)
+		}
+	}
 	for ino, path := range want {
-		if _, ok := a.inNS[ino]; ok {
+		if _, ok := a.inNS[ino]; ok || a.refused[ino] {
 			continue
 		}
 		n := &nsLinks{handle: netns.None()}
@@ -133,7 +167,8 @@ func (a *netfilterAttachment) sync(scope *netnsScope, strict bool) error {
 			if strict {
 				return err
 			}
-			slog.Warn("not attaching in a new namespace", "err", err)
+			slog.Warn("not attaching in this namespace", "err", err)
+			a.refused[ino] = true
 			continue
 		}
 		a.inNS[ino] = n
@@ -180,4 +215,11 @@ func (s *netnsScope) bpfFilter() uint32 {
 		return 0
 	}
 	return uint32(s.mode)
+}
+
+func (a *netfilterAttachment) has(inode uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.inNS[inode]
+	return ok
 }

@@ -173,3 +173,72 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 		}
 	})
 }
+
+// TestNetnsSeparation: netfilter links see only their own namespace, so -n
+// <inode> attaches them inside that namespace; the tp_btf hooks see every
+// namespace and filter on the socket's. Traffic received in namespace a is
+// counted, traffic received in namespace b is not, and with the default (our
+// own namespace) reads from a socket in a are not counted either.
+func TestNetnsSeparation(t *testing.T) {
+	a := testenv.NewPeer(t, "stl-sepa", 6)
+	b := testenv.NewPeer(t, "stl-sepb", 7)
+	const na, nb = 5, 40
+
+	t.Run("inode", func(t *testing.T) {
+		tr := start(t, Config{Hooks: AllHooks, Netns: int64(a.Inode())})
+		deadline := time.Now().Add(5 * time.Second)
+		for totals(t, tr).of(UDPStart).Count() == 0 && time.Now().Before(deadline) {
+			udpToPeer(t, a, 1) // until RX stamping is on
+		}
+		before := totals(t, tr)
+		udpToPeer(t, a, na)
+		udpToPeer(t, b, nb)
+		got := delta(before, totals(t, tr))
+		for _, hook := range []Hook{UDPStart, UDPSocketEnqueued, UDPSocketRead} {
+			if c := got.of(hook).Count(); c != na {
+				t.Errorf("-n %d: %s counted %d, want exactly the %d datagrams received in that namespace", a.Inode(), hook, c, na)
+			}
+		}
+		if c := got.of(IPStart).Count(); c < na || c >= na+nb {
+			t.Errorf("-n %d: ip-start counted %d, want >= %d and < %d", a.Inode(), c, na, na+nb)
+		}
+	})
+	t.Run("own", func(t *testing.T) {
+		tr := start(t, Config{Hooks: AllHooks, PIDs: []uint32{uint32(os.Getpid())}})
+		udpToPeer(t, a, na)
+		if c := totals(t, tr).of(UDPSocketRead).Count(); c != 0 {
+			t.Errorf("-n 0: our reads from a socket in another namespace were counted: %d", c)
+		}
+	})
+}
+
+// TestAllNamespacesFollowsNewOnes: with -n -1 the netfilter hooks are
+// attached in every namespace, including one created after start, and
+// released once that namespace is gone.
+func TestAllNamespacesFollowsNewOnes(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := start(t, Config{Hooks: AllHooks, Netns: AllNetns})
+	var inode uint64
+	t.Run("new namespace", func(t *testing.T) {
+		c := testenv.NewPeer(t, "stl-nsnew", 8)
+		inode = c.Inode()
+		waitUntil(t, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
+		before := totals(t, tr)
+		udpToPeer(t, c, 5)
+		if got := delta(before, totals(t, tr)); got.of(UDPStart).Count() < 5 {
+			t.Errorf("udp-start in the new namespace: %d, want >= 5", got.of(UDPStart).Count())
+		}
+	})
+	waitUntil(t, "netfilter links released after the namespace was deleted", func() bool { return !tr.attachedIn(inode) })
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * maintainEvery)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

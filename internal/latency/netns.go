@@ -18,7 +18,9 @@ func namespaces() map[uint64]string {
 	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
 	for _, p := range append(paths, procs...) {
 		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil {
+		var fs unix.Statfs_t
+		// a name under /run/netns whose mount is gone is a plain file
+		if unix.Statfs(p, &fs) == nil && fs.Type == unix.NSFS_MAGIC && unix.Stat(p, &st) == nil {
 			if _, ok := found[st.Ino]; !ok {
 				found[st.Ino] = p
 			}
@@ -43,7 +45,9 @@ func NetnsExists(inode uint64) bool {
 	return ok
 }
 
-// inNetns runs fn on a fresh OS thread switched into the namespace at path.
+// inNetns runs fn on an OS thread switched into the namespace at path and
+// back. (A thread left locked is not always discarded: Go keeps the main
+// thread, and /proc/self/ns/net follows the main thread.)
 // The open handle is returned so the caller can keep the namespace alive for
 // as long as objects created in it (netfilter links) exist.
 func inNetns(path string, fn func() error) (netns.NsHandle, error) {
@@ -51,16 +55,29 @@ func inNetns(path string, fn func() error) (netns.NsHandle, error) {
 	if err != nil {
 		return netns.None(), err
 	}
+	self, err := netns.Get()
+	if err != nil {
+		target.Close()
+		return netns.None(), err
+	}
+	defer self.Close()
 	done := make(chan error)
 	go func() {
-		// The thread is never unlocked: it ends with this goroutine
-		// instead of running other goroutines in the wrong namespace.
 		runtime.LockOSThread()
 		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
 			done <- err
 			return
 		}
-		done <- fn()
+		err := fn()
+		if restoreErr := netns.Set(self); restoreErr != nil {
+			// Stay locked: the thread ends with this goroutine instead
+			// of running others in the wrong namespace.
+			done <- errors.Join(err, restoreErr)
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- err
 	}()
 	if err := <-done; err != nil {
 		target.Close()
