@@ -41,6 +41,7 @@ var netfilterHooks = map[string]struct {
 // Tracer owns the loaded programs, their attachments and the histograms.
 type Tracer struct {
 	spec     *ebpf.CollectionSpec
+	backend  features.Backend
 	maps     map[string]*ebpf.Map
 	scope    netnsScope
 	rxStamps *rxTimestamping
@@ -57,7 +58,47 @@ type Tracer struct {
 // Start loads the BPF object configured by cfg, turns RX software
 // timestamping on and attaches every enabled hook with the first backend that
 // works. On error nothing stays attached or loaded.
-func Start(cfg Config) (_ *Tracer, err error) {
+func Start(cfg Config) (*Tracer, error) {
+	t, err := open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range Hooks {
+		if !cfg.Hooks.Has(h) {
+			continue
+		}
+		c, err := features.Choose(h.String(), cfg.Backend, t.candidates(h)...)
+		t.choices = append(t.choices, c)
+		if err != nil {
+			t.close()
+			return nil, err
+		}
+		slog.Info("hook attached", "hook", h, "backend", c.Backend)
+	}
+	go t.maintain()
+	return t, nil
+}
+
+// Probe attaches every hook, detaches it again and reports the backend each
+// got or why none would attach (for -l and doctor).
+func Probe(backend features.Backend) ([]features.Choice, error) {
+	t, err := open(Config{Hooks: AllHooks, Backend: backend})
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	var choices []features.Choice
+	var errs []error
+	for _, h := range Hooks {
+		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
+		choices = append(choices, c)
+		errs = append(errs, err)
+	}
+	return choices, errors.Join(errs...)
+}
+
+// open loads the maps and prepares everything but the hooks.
+func open(cfg Config) (_ *Tracer, err error) {
 	cfg.Backend = cmp.Or(cfg.Backend, features.Auto)
 	spec, err := loadLatency()
 	if err != nil {
@@ -67,13 +108,13 @@ func Start(cfg Config) (_ *Tracer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracer{spec: spec, scope: netnsScope{mode: cfg.Netns, own: own}, attached: map[string]attachment{},
-		stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Netns > 0 {
 		if _, err := netnsPath(uint64(cfg.Netns)); err != nil {
 			return nil, err
 		}
 	}
+	t := &Tracer{spec: spec, backend: cfg.Backend, scope: netnsScope{mode: cfg.Netns, own: own},
+		attached: map[string]attachment{}, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -97,18 +138,6 @@ func Start(cfg Config) (_ *Tracer, err error) {
 	if t.names, err = newNames(); err != nil {
 		return nil, err
 	}
-	for _, h := range Hooks {
-		if !cfg.Hooks.Has(h) {
-			continue
-		}
-		c, err := features.Choose(h.String(), cfg.Backend, t.candidates(h)...)
-		t.choices = append(t.choices, c)
-		if err != nil {
-			return nil, err
-		}
-		slog.Info("hook attached", "hook", h, "backend", c.Backend)
-	}
-	go t.maintain()
 	return t, nil
 }
 
