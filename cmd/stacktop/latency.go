@@ -181,10 +181,10 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
 		for _, r := range c.Refused {
-			fmt.Fprintf(tw, "\t\t  refused %s:\t%s\n", r.Backend, r.Reason)
+			fmt.Fprintf(tw, "    refused %s: %s\n", r.Backend, r.Reason)
 		}
 		if c.Backend == "" && len(c.Refused) == 0 && cfg.Hooks.Has(h) {
-			fmt.Fprintf(tw, "\t\t  refused %s:\t%s\n", cfg.Backend, "no program of this backend implements the probe yet")
+			fmt.Fprintf(tw, "    refused %s: no program of this backend implements the probe yet\n", cfg.Backend)
 		}
 	}
 	if choices == nil {

@@ -20,11 +20,11 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 	waitForStamps(t, tr, p)
 
 	const datagrams, messages, syns = 20, 10, 15
-	for _, f := range []family{v4, v6} {
+	for _, f := range []testenv.Family{testenv.V4, testenv.V6} {
 		before := totals(t, tr)
-		udpToHost(t, p, f, datagrams, 0)
-		tcpToHost(t, p, f, messages, 0)
-		synsToHost(t, p, f, syns)
+		p.UDPToHost(t, f, datagrams, 0)
+		p.TCPToHost(t, f, messages, 0)
+		p.SYNsToHost(t, f, syns)
 		got := delta(before, totals(t, tr))
 		want := map[Hook]uint64{
 			IPStart:           datagrams + syns,
@@ -67,8 +67,8 @@ func TestSocketReadIncludesApplicationDelay(t *testing.T) {
 
 	const n = 3
 	before := totals(t, tr)
-	udpToHost(t, p, v4, n, 100*time.Millisecond)
-	tcpToHost(t, p, v6, n, 100*time.Millisecond)
+	p.UDPToHost(t, testenv.V4, n, 100*time.Millisecond)
+	p.TCPToHost(t, testenv.V6, n, 100*time.Millisecond)
 	got := delta(before, totals(t, tr))
 
 	for _, hook := range []Hook{TCPSocketRead, UDPSocketRead} {
@@ -114,8 +114,8 @@ func TestPIDFilter(t *testing.T) {
 			waitForStamps(t, tr, p)
 			const n = 5
 			before := totals(t, tr)
-			udpToHost(t, p, v4, n, 0)
-			tcpToHost(t, p, v4, n, 0)
+			p.UDPToHost(t, testenv.V4, n, 0)
+			p.TCPToHost(t, testenv.V4, n, 0)
 			got := delta(before, totals(t, tr))
 			for _, hook := range []Hook{TCPSocketRead, UDPSocketRead} {
 				if c := got.of(hook).Count(); (c >= n) != tc.reads || (!tc.reads && c != 0) {
@@ -143,8 +143,8 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex)}, GroupByIface: true})
 		waitForStamps(t, tr, a)
 		before := totals(t, tr)
-		udpToHost(t, a, v4, n, 0)
-		udpToHost(t, b, v4, n, 0)
+		a.UDPToHost(t, testenv.V4, n, 0)
+		b.UDPToHost(t, testenv.V4, n, 0)
 		got := delta(before, totals(t, tr))
 		for _, s := range mustRead(t, tr) {
 			if s.Iface != a.HostIf {
@@ -160,8 +160,8 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 	t.Run("group", func(t *testing.T) {
 		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex), uint32(b.HostIndex)}, GroupByIface: true})
 		waitForStamps(t, tr, a)
-		udpToHost(t, a, v4, n, 0)
-		udpToHost(t, b, v4, 2*n, 0)
+		a.UDPToHost(t, testenv.V4, n, 0)
+		b.UDPToHost(t, testenv.V4, 2*n, 0)
 		perIface := map[string]uint64{}
 		for _, s := range mustRead(t, tr) {
 			if s.Hook == UDPSocketRead.String() {
@@ -188,11 +188,11 @@ func TestNetnsSeparation(t *testing.T) {
 		tr := start(t, Config{Hooks: AllHooks, Netns: int64(a.Inode())})
 		deadline := time.Now().Add(5 * time.Second)
 		for totals(t, tr).of(UDPStart).Count() == 0 && time.Now().Before(deadline) {
-			udpToPeer(t, a, 1) // until RX stamping is on
+			a.UDPToPeer(t, 1) // until RX stamping is on
 		}
 		before := totals(t, tr)
-		udpToPeer(t, a, na)
-		udpToPeer(t, b, nb)
+		a.UDPToPeer(t, na)
+		b.UDPToPeer(t, nb)
 		got := delta(before, totals(t, tr))
 		for _, hook := range []Hook{UDPStart, UDPSocketEnqueued, UDPSocketRead} {
 			if c := got.of(hook).Count(); c != na {
@@ -205,7 +205,7 @@ func TestNetnsSeparation(t *testing.T) {
 	})
 	t.Run("own", func(t *testing.T) {
 		tr := start(t, Config{Hooks: AllHooks, PIDs: []uint32{uint32(os.Getpid())}})
-		udpToPeer(t, a, na)
+		a.UDPToPeer(t, na)
 		if c := totals(t, tr).of(UDPSocketRead).Count(); c != 0 {
 			t.Errorf("-n 0: our reads from a socket in another namespace were counted: %d", c)
 		}
@@ -224,7 +224,7 @@ func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 		inode = c.Inode()
 		waitUntil(t, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
 		before := totals(t, tr)
-		udpToPeer(t, c, 5)
+		c.UDPToPeer(t, 5)
 		if got := delta(before, totals(t, tr)); got.of(UDPStart).Count() < 5 {
 			t.Errorf("udp-start in the new namespace: %d, want >= 5", got.of(UDPStart).Count())
 		}
