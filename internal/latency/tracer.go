@@ -67,7 +67,7 @@ func Start(cfg Config) (*Tracer, error) {
 		if !cfg.Hooks.Has(h) {
 			continue
 		}
-		c, err := features.Choose(h.String(), cfg.Backend, t.candidates(h)...)
+		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
 		t.choices = append(t.choices, c)
 		if err != nil {
 			t.close()
