@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/internal/latency"
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// stacktopBinary builds the command once per test run, into a directory
+// every user may enter (the bad-input tests run it as nobody).
+func stacktopBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "stacktop-cli-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		_ = os.Chmod(dir, 0o755)
+		binPath = filepath.Join(dir, "stacktop")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building stacktop: %v", buildErr)
+	}
+	return binPath
+}
+
+// TestLatencyBadInput: every malformed value exits 2 with a message naming
+// the flag and the value. The binary runs as nobody: exiting 2 rather than 77
+// proves the input was rejected before the privilege check, that is, before
+// anything touched the kernel.
+func TestLatencyBadInput(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := stacktopBinary(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-e", "ip-start,nosuch"}, `invalid --enable-probes "nosuch"`},
+		{[]string{"-d", "tcp-strat"}, `invalid --disable-probes "tcp-strat"`},
+		{[]string{"-e", "ip-start", "-d", "tcp-start"}, `invalid --disable-probes "tcp-start": cannot be combined with --enable-probes "ip-start"`},
+		{[]string{"-p", "0"}, `invalid --pid "0"`},
+		{[]string{"-p", "4194305"}, `invalid --pid "4194305"`},
+		{[]string{"--pids", "12,x"}, `invalid --pid "x"`},
+		{[]string{"-i", "stl-nosuch0"}, `invalid --interface "stl-nosuch0": no such interface`},
+		{[]string{"-i", "999999"}, `invalid --interface "999999"`},
+		{[]string{"-c", "/stl-no/such/cgroup"}, `invalid --cgroup "/stl-no/such/cgroup"`},
+		{[]string{"-c", "987654321987"}, `invalid --cgroup "987654321987": no cgroup with this id`},
+		{[]string{"-r", "0"}, `invalid --interval "0s": must be positive`},
+		{[]string{"-r", "-2"}, `invalid --interval "-2s": must be positive`},
+		{[]string{"-n", "-2"}, `invalid --netns "-2"`},
+		{[]string{"-n", "12345"}, `invalid --netns "12345": no network namespace with this inode`},
+		{[]string{"-q", "70000"}, `invalid --min-queuelength "70000"`},
+		{[]string{"--backend", "kprobe"}, `invalid --backend "kprobe"`},
+		{[]string{"--format", "csv"}, `invalid --format "csv"`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			cmd := exec.Command(bin, append([]string{"latency"}, c.args...)...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("exit %v, want 2; stderr: %s", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), c.want)
+			}
+		})
+	}
+}
+
+// ourProgramNames are the names of the programs `stacktop latency` loads.
+var ourProgramNames = []string{"nf_ip_start", "nf_l4_start", "tp_sk_data_ready", "tp_skb_copy_datagram_iovec",
+	"tp_sock_recv_length"}
+
+// isOurProgram matches bpftool's name for a program: the full name from BTF,
+// or the kernel's copy truncated to 15 bytes.
+func isOurProgram(name string) bool {
+	for _, full := range ourProgramNames {
+		if name == full || (len(name) == 15 && strings.HasPrefix(full, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// bpftoolIDs lists the ids of programs named like ours, and of the links
+// pointing to programs in progs.
+func bpftoolIDs(t *testing.T, progs map[int]bool) (ourProgs, ourLinks map[int]bool) {
+	t.Helper()
+	var ps []struct {
+		ID   int    `json:"id"`
+		Name string `json:"name"`
+	}
+	var ls []struct {
+		ID     int `json:"id"`
+		ProgID int `json:"prog_id"`
+	}
+	for what, v := range map[string]any{"prog": &ps, "link": &ls} {
+		out, err := exec.Command("bpftool", "-j", what, "show").Output()
+		if err != nil {
+			t.Fatalf("bpftool %s show: %v", what, err)
+		}
+		if err := json.Unmarshal(out, v); err != nil {
+			t.Fatalf("bpftool %s show: %v", what, err)
+		}
+	}
+	ourProgs, ourLinks = map[int]bool{}, map[int]bool{}
+	for _, p := range ps {
+		if isOurProgram(p.Name) {
+			ourProgs[p.ID] = true
+		}
+	}
+	for _, l := range ls {
+		if progs[l.ProgID] {
+			ourLinks[l.ID] = true
+		}
+	}
+	return ourProgs, ourLinks
+}
+
+// runningLatency starts `stacktop latency args...` as root and returns it
+// once its first report is out, with its stdout lines arriving on a channel.
+func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(stacktopBinary(t), append([]string{"latency"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+	}()
+	return cmd, lines
+}
+
+// TestLatencySignalsDetachEverything: SIGINT, SIGTERM and SIGHUP each print a
+// final report and exit 0, and afterwards bpftool shows none of the programs
+// and links the run had loaded.
+func TestLatencySignalsDetachEverything(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			before, _ := bpftoolIDs(t, nil)
+			cmd, lines := runningLatency(t, "-r", "200ms")
+			waitForLine(t, lines, isTimestamp)
+			running, _ := bpftoolIDs(t, nil)
+			mine := map[int]bool{}
+			for id := range running {
+				if !before[id] {
+					mine[id] = true
+				}
+			}
+			_, links := bpftoolIDs(t, mine)
+			if len(mine) != len(ourProgramNames) || len(links) == 0 {
+				t.Fatalf("while running: programs %v, links %v; want the %d programs and their links", mine, links, len(ourProgramNames))
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			var reports int
+			for line := range lines {
+				if isTimestamp(line) {
+					reports++
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("after %v: %v", sig, err)
+			}
+			if reports < 1 {
+				t.Errorf("no final report after %v", sig)
+			}
+			// the kernel frees programs after an RCU grace period, so
+			// they may outlive the process by a moment
+			var left []int
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				progs, _ := bpftoolIDs(t, nil)
+				_, links := bpftoolIDs(t, mine)
+				left = left[:0]
+				for id := range mine {
+					if progs[id] {
+						left = append(left, id)
+					}
+				}
+				if len(left) == 0 && len(links) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("5s after exit: programs %v and links %v of the run are still there", left, links)
+				}
+			}
+		})
+	}
+}
+
+func isTimestamp(line string) bool {
+	_, err := time.Parse(time.RFC3339, line)
+	return err == nil
+}
+
+func waitForLine(t *testing.T, lines <-chan string, match func(string) bool) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stacktop exited")
+			}
+			if match(l) {
+				return l
+			}
+		case <-timeout:
+			t.Fatal("timed out waiting for stacktop's output")
+		}
+	}
+}
+
+// TestLatencyDisabledProbesStayEmpty runs the command with -d and JSON
+// output while a peer sends UDP and TCP: disabled probes never appear, the
+// others count the traffic.
+func TestLatencyDisabledProbesStayEmpty(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-cli", 10)
+	disabled := []string{"ip-start", "udp-socket-read", "tcp-socket-enqueued"}
+	cmd, lines := runningLatency(t, "-d", strings.Join(disabled, ","), "-i", p.HostIf, "--format", "json", "-r", "100ms")
+	// the first record appears once stamping is on and udp-start counted
+	deadline := time.Now().Add(10 * time.Second)
+	var seen []string
+	for len(seen) == 0 && time.Now().Before(deadline) {
+		p.UDPToHost(t, testenv.V4, 1, 50*time.Millisecond)
+		for len(lines) > 0 {
+			seen = append(seen, <-lines)
+		}
+	}
+	const n = 10
+	p.UDPToHost(t, testenv.V4, n, 0)
+	p.TCPToHost(t, testenv.V6, n, 0)
+	time.Sleep(300 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	final := map[string]latency.Record{}
+	for line := range lines {
+		var r latency.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("not a JSON record: %q: %v", line, err)
+		}
+		final[r.Hook] = r
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range disabled {
+		if r, ok := final[h]; ok {
+			t.Errorf("disabled probe %s reported: %+v", h, r)
+		}
+	}
+	for _, h := range []string{"udp-start", "udp-socket-enqueued", "tcp-socket-read"} {
+		r := final[h]
+		if r.Count < n || len(r.Buckets) == 0 || r.Buckets[len(r.Buckets)-1].Count != r.Count {
+			t.Errorf("%s: final record %+v, want count >= %d with cumulative buckets ending at the count", h, r, n)
+		}
+	}
+}
+
+// TestLatencyListProbes: -l names every probe with the backend it gets here.
+func TestLatencyListProbes(t *testing.T) {
+	testenv.RequireRoot(t)
+	out, err := exec.Command(stacktopBinary(t), "latency", "-l").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range latency.Hooks {
+		if !strings.Contains(string(out), h.String()) {
+			t.Errorf("-l does not list %s:\n%s", h, out)
+		}
+	}
+	if got := strings.Count(string(out), "tracepoint"); got != len(latency.Hooks) {
+		t.Errorf("-l shows %d probes on the tracepoint backend, want %d:\n%s", got, len(latency.Hooks), out)
+	}
+}
