@@ -1,9 +1,18 @@
 package latency
 
 import (
+	"bufio"
+	"fmt"
+	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,5 +249,156 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCgroupFilterAndGrouping: a child process in a cgroup of its own reads
+// datagrams alongside this process. With -C the socket-read histograms split
+// by the reading task's cgroup, named by path; with -c only the child's
+// cgroup is counted.
+func TestCgroupFilterAndGrouping(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-cg", 11)
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "stl-cgtest")
+	_ = os.Remove(dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	childCgroup, err := cgroup.ID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ourCgroup := ownCgroupPath(t)
+	const ours, theirs = 4, 6
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want map[string]uint64
+	}{
+		{"group", Config{GroupByCgroup: true}, map[string]uint64{ourCgroup: ours, "/stl-cgtest": theirs}},
+		{"filter", Config{GroupByCgroup: true, Cgroups: []uint64{childCgroup}}, map[string]uint64{"/stl-cgtest": theirs}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Hooks, cfg.Ifindexes = AllHooks, []uint32{uint32(p.HostIndex)}
+			tr := start(t, cfg)
+			waitForStamps(t, tr, p)
+			before := readsPerCgroup(t, tr)
+			p.UDPToHost(t, testenv.V4, ours, 0)
+			readInCgroup(t, p, dir, theirs)
+			got := readsPerCgroup(t, tr)
+			for cg := range got {
+				got[cg] -= before[cg]
+				if got[cg] == 0 {
+					delete(got, cg)
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("udp-socket-read per cgroup: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func readsPerCgroup(t *testing.T, tr *Tracer) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range mustRead(t, tr) {
+		if s.Hook == UDPSocketRead.String() {
+			out[s.Cgroup] += s.Hist.Count()
+		}
+	}
+	return out
+}
+
+func ownCgroupPath(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			return path
+		}
+	}
+	t.Fatal("no cgroup v2 line in /proc/self/cgroup")
+	return ""
+}
+
+// readInCgroup has a child process, started inside the cgroup directory dir,
+// receive n datagrams that the peer sends to it.
+func readInCgroup(t *testing.T, p *testenv.Peer, dir string, n int) {
+	t.Helper()
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.HostIP4.AsSlice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := srv.File()
+	srv.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperReadDatagrams$")
+	child.Env = append(os.Environ(), "STL_READ_DATAGRAMS="+strconv.Itoa(n))
+	child.ExtraFiles = []*os.File{f} // fd 3
+	child.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	child.Stderr = os.Stderr
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var c *net.UDPConn
+	if err := p.Do(func() (err error) {
+		c, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: p.HostIP4.AsSlice(), Port: srv.LocalAddr().(*net.UDPAddr).Port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ack := bufio.NewReader(stdout)
+	for i := range n {
+		if _, err := c.Write([]byte("datagram")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ack.ReadString('\n'); err != nil {
+			t.Fatalf("child after %d datagrams: %v", i, err)
+		}
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHelperReadDatagrams is the child of readInCgroup: it reads datagrams
+// from fd 3 and acknowledges each on stdout.
+func TestHelperReadDatagrams(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("STL_READ_DATAGRAMS"))
+	if err != nil {
+		t.Skip("helper process for TestCgroupFilterAndGrouping")
+	}
+	conn, err := net.FilePacketConn(os.NewFile(3, "udp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	for range n {
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := conn.ReadFrom(buf); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("read")
 	}
 }
