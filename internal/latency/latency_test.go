@@ -490,3 +490,18 @@ func udpBursts(t *testing.T, p *testenv.Peer, bursts, size, senders int) int {
 	}
 	return read
 }
+
+// TestMinQueueLength: with -q 5 a read counts only when it leaves at least
+// five datagrams queued. Ten queued datagrams read one by one leave 9..0
+// behind, so exactly five of the ten reads count.
+func TestMinQueueLength(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-qlen", 13)
+	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, MinQueueLen: 5})
+	waitForStamps(t, tr, p)
+	before := totals(t, tr)
+	reads := udpBursts(t, p, 1, 10, 1)
+	got := delta(before, totals(t, tr))
+	if reads != 10 || got.of(UDPSocketRead).Count() != 5 {
+		t.Errorf("-q 5: %d of %d reads counted, want 5 of 10", got.of(UDPSocketRead).Count(), reads)
+	}
+}
