@@ -361,14 +361,7 @@ func readInCgroup(t *testing.T, p *testenv.Peer, dir string, n int) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var c *net.UDPConn
-	if err := p.Do(func() (err error) {
-		c, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: p.HostIP4.AsSlice(), Port: srv.LocalAddr().(*net.UDPAddr).Port})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := p.DialUDP(t, &net.UDPAddr{IP: p.HostIP4.AsSlice(), Port: srv.LocalAddr().(*net.UDPAddr).Port})
 	ack := bufio.NewReader(stdout)
 	for i := range n {
 		if _, err := c.Write([]byte("datagram")); err != nil {
@@ -458,13 +451,7 @@ func udpBursts(t *testing.T, p *testenv.Peer, bursts, size, senders int) int {
 	defer srv.Close()
 	conns := make([]*net.UDPConn, senders)
 	for i := range conns {
-		if err := p.Do(func() (err error) {
-			conns[i], err = net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer conns[i].Close()
+		conns[i] = p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr))
 	}
 	buf := make([]byte, 64)
 	read := 0

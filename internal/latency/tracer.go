@@ -51,8 +51,10 @@ type Tracer struct {
 	attached map[string]attachment
 	names    *names
 
-	stop chan struct{}
-	done chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Start loads the BPF object configured by cfg, turns RX software
@@ -255,9 +257,12 @@ func (t *Tracer) followNamespaces() {
 // Close detaches and unloads everything and turns RX timestamping back off
 // (unless another socket on the host still wants it).
 func (t *Tracer) Close() error {
-	close(t.stop)
-	<-t.done
-	return t.close()
+	t.closeOnce.Do(func() {
+		close(t.stop)
+		<-t.done
+		t.closeErr = t.close()
+	})
+	return t.closeErr
 }
 
 func (t *Tracer) close() error {

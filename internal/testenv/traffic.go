@@ -40,15 +40,22 @@ func (p *Peer) UDPToHost(t testing.TB, f Family, n int, readDelay time.Duration)
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	readDatagrams(t, p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr)), srv, n, readDelay)
+}
+
+// DialUDP returns a UDP socket in the peer's namespace connected to addr,
+// closed when the test ends.
+func (p *Peer) DialUDP(t testing.TB, addr *net.UDPAddr) *net.UDPConn {
+	t.Helper()
 	var c *net.UDPConn
 	if err := p.Do(func() (err error) {
-		c, err = net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+		c, err = net.DialUDP("udp", nil, addr)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	readDatagrams(t, c, srv, n, readDelay)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // readDatagrams sends n datagrams on c and reads each on srv before the next
