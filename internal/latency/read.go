@@ -10,7 +10,7 @@ import (
 	"github.com/stacktop/stacktop/internal/hist"
 )
 
-// names turns interface indexes and cgroup ids into what users recognise.
+// names turns cgroup ids into what users recognise.
 type names struct {
 	cgroups *cgroup.Resolver
 }
@@ -23,11 +23,22 @@ func newNames() (*names, error) {
 	return &names{cgroups: r}, nil
 }
 
-// iface names an interface of our namespace; an index that is not (any more)
-// one of ours is shown as "if<index>".
-func (n *names) iface(idx uint32) string {
-	if ifc, err := net.InterfaceByIndex(int(idx)); err == nil {
-		return ifc.Name
+// ifaceNames maps the indexes of our namespace's interfaces to their names,
+// from one netlink dump.
+func ifaceNames() map[uint32]string {
+	out := map[uint32]string{}
+	ifcs, _ := net.Interfaces()
+	for _, ifc := range ifcs {
+		out[uint32(ifc.Index)] = ifc.Name
+	}
+	return out
+}
+
+// ifaceName names an interface; an index that is not (any more) one of ours
+// is shown as "if<index>".
+func ifaceName(names map[uint32]string, idx uint32) string {
+	if n, ok := names[idx]; ok {
+		return n
 	}
 	return "if" + strconv.FormatUint(uint64(idx), 10)
 }
@@ -48,6 +59,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		s   hist.Series
 	}
 	var out []keyed
+	var ifaces map[uint32]string // fetched once, on the first grouped series
 	var key latencyHistKey
 	var perCPU []latencyHistValue
 	it := m.Iterate()
@@ -60,7 +72,10 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 			s.Hist.Sum += v.Slots[hist.NBuckets]
 		}
 		if key.Ifindex != 0 {
-			s.Iface = t.names.iface(key.Ifindex)
+			if ifaces == nil {
+				ifaces = ifaceNames()
+			}
+			s.Iface = ifaceName(ifaces, key.Ifindex)
 		}
 		if key.Cgroup != 0 {
 			s.Cgroup = t.names.cgroups.Path(key.Cgroup)
