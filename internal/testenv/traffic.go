@@ -125,6 +125,32 @@ func (p *Peer) TCPToHost(t testing.TB, f Family, n int, readDelay time.Duration)
 // stamp at netif_rx, like packets from a NIC.
 func (p *Peer) SYNsToHost(t testing.TB, f Family, n int) {
 	t.Helper()
+	segs := make([]Segment, n)
+	for i := range segs {
+		segs[i] = Segment{SrcPort: uint16(40000 + i), DstPort: 9, Seq: 1, Flags: FlagSYN}
+	}
+	p.SendSegments(t, f, segs...)
+}
+
+// TCP flags for Segment.
+const (
+	FlagSYN = 0x02
+	FlagPSH = 0x08
+	FlagACK = 0x10
+)
+
+// Segment is a TCP segment (without options) to craft.
+type Segment struct {
+	SrcPort, DstPort uint16
+	Seq, Ack         uint32
+	Flags            uint8
+	Payload          []byte
+}
+
+// SendSegments sends crafted TCP segments from the peer to the host's
+// address of family f through a raw socket.
+func (p *Peer) SendSegments(t testing.TB, f Family, segs ...Segment) {
+	t.Helper()
 	host, peer := p.addrs(f)
 	err := p.Do(func() error {
 		domain := unix.AF_INET
@@ -146,9 +172,8 @@ func (p *Peer) SYNsToHost(t testing.TB, f Family, n int) {
 			}
 			dst = &unix.SockaddrInet6{Addr: host.As16()}
 		}
-		for i := range n {
-			seg := synSegment(peer, host, uint16(40000+i))
-			if err := unix.Sendto(fd, seg, 0, dst); err != nil {
+		for _, s := range segs {
+			if err := unix.Sendto(fd, s.marshal(peer, host), 0, dst); err != nil {
 				return err
 			}
 		}
@@ -159,18 +184,21 @@ func (p *Peer) SYNsToHost(t testing.TB, f Family, n int) {
 	}
 }
 
-// synSegment builds a 20-byte TCP SYN to the discard port; for IPv4 the
-// checksum is computed over the pseudo header.
-func synSegment(src, dst netip.Addr, sport uint16) []byte {
-	seg := make([]byte, 20)
-	binary.BigEndian.PutUint16(seg[0:], sport)
-	binary.BigEndian.PutUint16(seg[2:], 9)
-	binary.BigEndian.PutUint32(seg[4:], 1)
+// marshal encodes the segment; for IPv4 the checksum is computed over the
+// pseudo header (IPv6 raw sockets compute it themselves).
+func (s Segment) marshal(src, dst netip.Addr) []byte {
+	seg := make([]byte, 20, 20+len(s.Payload))
+	binary.BigEndian.PutUint16(seg[0:], s.SrcPort)
+	binary.BigEndian.PutUint16(seg[2:], s.DstPort)
+	binary.BigEndian.PutUint32(seg[4:], s.Seq)
+	binary.BigEndian.PutUint32(seg[8:], s.Ack)
 	seg[12] = 5 << 4 // data offset
-	seg[13] = 0x02   // SYN
+	seg[13] = s.Flags
 	binary.BigEndian.PutUint16(seg[14:], 65535)
+	seg = append(seg, s.Payload...)
 	if src.Is4() {
-		pseudo := append(append(src.AsSlice(), dst.AsSlice()...), 0, unix.IPPROTO_TCP, 0, byte(len(seg)))
+		pseudo := append(append(src.AsSlice(), dst.AsSlice()...), 0, unix.IPPROTO_TCP)
+		pseudo = binary.BigEndian.AppendUint16(pseudo, uint16(len(seg)))
 		binary.BigEndian.PutUint16(seg[16:], checksum(append(pseudo, seg...)))
 	}
 	return seg
