@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -122,9 +123,34 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 		return fmt.Errorf("%w (see `stacktop doctor`)", err)
 	}
 	defer tr.Close()
+	var warned uint64
 	return f.run.Loop(ctx, func(bool) error {
-		return report(out, tr, f.run.Format, f.debugCounters)
+		if err := report(out, tr, f.run.Format, f.debugCounters); err != nil {
+			return err
+		}
+		warned = warnDropped(tr, warned)
+		return nil
 	})
+}
+
+// warnDropped logs, when it grew, the number of samples lost because the
+// histogram map had no room for a new probe/interface/cgroup combination.
+func warnDropped(tr *latency.Tracer, already uint64) uint64 {
+	counters, err := tr.Counters()
+	if err != nil {
+		return already
+	}
+	var dropped uint64
+	for _, c := range counters {
+		if c.Reason == latency.ReasonHistFull {
+			dropped += c.Count
+		}
+	}
+	if dropped > already {
+		slog.Warn("samples dropped: more probe/interface/cgroup combinations than the histogram map holds",
+			"dropped", dropped)
+	}
+	return dropped
 }
 
 // report prints the histograms (and the debug counters when asked) once.

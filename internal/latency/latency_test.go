@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,23 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 		}
 		if perIface[a.HostIf] < n || perIface[b.HostIf] != 2*n {
 			t.Errorf("udp-socket-read per interface: %v, want %s >= %d and %s = %d", perIface, a.HostIf, n, b.HostIf, 2*n)
+		}
+	})
+	t.Run("map full", func(t *testing.T) {
+		tr := start(t, Config{Hooks: HookSet(0).With(UDPStart), Ifindexes: []uint32{uint32(a.HostIndex), uint32(b.HostIndex)},
+			GroupByIface: true, MaxHistograms: 1})
+		waitForStamps(t, tr, a)
+		b.UDPToHost(t, testenv.V4, n, 0)
+		if s := mustRead(t, tr); len(s) != 1 || s[0].Iface != a.HostIf {
+			t.Errorf("with room for one histogram: %+v", s)
+		}
+		counters, err := tr.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Counter{Hook: UDPStart.String(), Reason: ReasonHistFull, Count: n}
+		if !slices.Contains(counters, want) {
+			t.Errorf("counters %+v do not contain %+v", counters, want)
 		}
 	})
 }

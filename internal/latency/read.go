@@ -102,9 +102,13 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	return series, nil
 }
 
+// ReasonHistFull names the counter of samples lost for want of room in the
+// histogram map.
+const ReasonHistFull = "hist_full"
+
 // Reasons name the debug counters, in the order of enum reason in the BPF
 // program: what happened to each packet a hook saw.
-var Reasons = []string{"recorded", "no_stamp", "future_stamp", "delivery_time", "hist_full",
+var Reasons = []string{"recorded", "no_stamp", "future_stamp", "delivery_time", ReasonHistFull,
 	"hol_blocked", "fifo_full", "read_untracked"}
 
 // Counter is one debug counter: how many packets a hook saw for a reason.
