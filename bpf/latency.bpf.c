@@ -52,7 +52,6 @@ struct hist_value {
 };
 
 /* Configuration, fixed at load time by user space. */
-volatile const __u32 enabled_hooks = 0; /* bit per enum hook */
 volatile const __u32 netns_inum = 0;    /* 0: every namespace */
 volatile const __u32 min_queue_len = 0; /* 0: no queue-length filter */
 volatile const bool filter_pid = false;
@@ -61,6 +60,21 @@ volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
 volatile const bool group_by_cgroup = false;
 volatile const bool include_hol_blocked = false;
+
+/*
+ * Which backend records each hook (enum hook -> BACKEND_*), written by user
+ * space once the hook's backend is chosen. Programs shared by several hooks
+ * (the LOCAL_IN one serves tcp-start and udp-start) record only the hooks
+ * that chose their backend, so another backend may take the others.
+ */
+#define BACKEND_TRACEPOINT 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, N_HOOKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} hook_backends SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -178,7 +192,9 @@ struct {
 
 static __always_inline bool hook_enabled(__u32 hook)
 {
-	return enabled_hooks & (1u << hook);
+	__u32 *backend = bpf_map_lookup_elem(&hook_backends, &hook);
+
+	return backend && *backend == BACKEND_TRACEPOINT;
 }
 
 static __always_inline void count(__u32 hook, __u32 reason)

@@ -39,7 +39,6 @@ const defaultMaxHistograms = 4096
 // the verifier can prune on, and map sizes.
 func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32) error {
 	consts := map[string]any{
-		"enabled_hooks":       uint32(cfg.Hooks),
 		"netns_inum":          netnsInum,
 		"min_queue_len":       cfg.MinQueueLen,
 		"filter_pid":          len(cfg.PIDs) > 0,

@@ -63,7 +63,7 @@ func ParseHook(name string) (Hook, error) {
 	return 0, fmt.Errorf("unknown probe (known: %s)", strings.Join(names, ", "))
 }
 
-// HookSet is a set of hooks, a bit per hook as the BPF program expects it.
+// HookSet is a set of hooks, a bit per hook.
 type HookSet uint32
 
 // AllHooks contains every hook.

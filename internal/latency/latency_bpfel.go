@@ -82,6 +82,7 @@ const (
 	latencyMapCounters                = "counters"
 	latencyMapEmptyHist               = "empty_hist"
 	latencyMapHists                   = "hists"
+	latencyMapHookBackends            = "hook_backends"
 	latencyMapIfindexFilter           = "ifindex_filter"
 	latencyMapPidFilter               = "pid_filter"
 	latencyMapTcpReads                = "tcp_reads"
@@ -92,7 +93,6 @@ const (
 	latencyProgTpSkDataReady          = "tp_sk_data_ready"
 	latencyProgTpSkbCopyDatagramIovec = "tp_skb_copy_datagram_iovec"
 	latencyProgTpSockRecvLength       = "tp_sock_recv_length"
-	latencyVarEnabledHooks            = "enabled_hooks"
 	latencyVarFilterCgroup            = "filter_cgroup"
 	latencyVarFilterIfindex           = "filter_ifindex"
 	latencyVarFilterPid               = "filter_pid"
@@ -161,6 +161,7 @@ type latencyMapSpecs struct {
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	EmptyHist     *ebpf.MapSpec `ebpf:"empty_hist"`
 	Hists         *ebpf.MapSpec `ebpf:"hists"`
+	HookBackends  *ebpf.MapSpec `ebpf:"hook_backends"`
 	IfindexFilter *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
 	TcpReads      *ebpf.MapSpec `ebpf:"tcp_reads"`
@@ -172,7 +173,6 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
-	EnabledHooks      *ebpf.VariableSpec `ebpf:"enabled_hooks"`
 	FilterCgroup      *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterIfindex     *ebpf.VariableSpec `ebpf:"filter_ifindex"`
 	FilterPid         *ebpf.VariableSpec `ebpf:"filter_pid"`
@@ -208,6 +208,7 @@ type latencyMaps struct {
 	Counters      *ebpf.Map `ebpf:"counters"`
 	EmptyHist     *ebpf.Map `ebpf:"empty_hist"`
 	Hists         *ebpf.Map `ebpf:"hists"`
+	HookBackends  *ebpf.Map `ebpf:"hook_backends"`
 	IfindexFilter *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
 	TcpReads      *ebpf.Map `ebpf:"tcp_reads"`
@@ -222,6 +223,7 @@ func (m *latencyMaps) Close() error {
 		m.Counters,
 		m.EmptyHist,
 		m.Hists,
+		m.HookBackends,
 		m.IfindexFilter,
 		m.PidFilter,
 		m.TcpReads,
@@ -234,7 +236,6 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
-	EnabledHooks      *ebpf.Variable `ebpf:"enabled_hooks"`
 	FilterCgroup      *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterIfindex     *ebpf.Variable `ebpf:"filter_ifindex"`
 	FilterPid         *ebpf.Variable `ebpf:"filter_pid"`

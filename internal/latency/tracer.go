@@ -28,6 +28,10 @@ var tracepointPlan = map[Hook][]string{
 	UDPSocketRead:     {"tp_sk_data_ready", "tp_sock_recv_length"},
 }
 
+// backendIDs are the BACKEND_* values of the BPF program: a hook records
+// samples only in programs of the backend it chose.
+var backendIDs = map[features.Backend]uint32{features.Tracepoint: 1}
+
 // netfilterHooks places the netfilter programs: ip-start as early as possible
 // in PRE_ROUTING, tcp/udp-start as late as possible in LOCAL_IN.
 var netfilterHooks = map[string]struct {
@@ -71,6 +75,9 @@ func Start(cfg Config) (*Tracer, error) {
 		}
 		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
 		t.choices = append(t.choices, c)
+		if err == nil {
+			err = t.maps["hook_backends"].Put(uint32(h), backendIDs[c.Backend])
+		}
 		if err != nil {
 			t.close()
 			return nil, err
