@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,54 +103,53 @@ func TestLatencyBadInput(t *testing.T) {
 	}
 }
 
-// ourProgramNames are the names of the programs `stacktop latency` loads.
-var ourProgramNames = []string{"nf_ip_start", "nf_l4_start", "tp_sk_data_ready", "tp_skb_copy_datagram_iovec",
-	"tp_sock_recv_length"}
-
-// isOurProgram matches bpftool's name for a program: the full name from BTF,
-// or the kernel's copy truncated to 15 bytes.
-func isOurProgram(name string) bool {
-	for _, full := range ourProgramNames {
-		if name == full || (len(name) == 15 && strings.HasPrefix(full, name)) {
-			return true
+// bpfObjectsOf returns the ids of the BPF programs and links the process
+// holds file descriptors of, from /proc/<pid>/fdinfo: exactly that run's.
+func bpfObjectsOf(t *testing.T, pid int) (progs, links map[int]bool) {
+	t.Helper()
+	progs, links = map[int]bool{}, map[int]bool{}
+	infos, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fdinfo/*", pid))
+	for _, path := range infos {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		isLink := strings.Contains(string(b), "link_id:")
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			id, err := strconv.Atoi(strings.TrimSpace(v))
+			switch {
+			case err != nil:
+			case k == "link_id":
+				links[id] = true
+			case k == "prog_id" && !isLink:
+				progs[id] = true
+			}
 		}
 	}
-	return false
+	return progs, links
 }
 
-// bpftoolIDs lists the ids of programs named like ours, and of the links
-// pointing to programs in progs.
-func bpftoolIDs(t *testing.T, progs map[int]bool) (ourProgs, ourLinks map[int]bool) {
+// bpftoolIDs lists the ids of every program and link in the kernel.
+func bpftoolIDs(t *testing.T) (progs, links map[int]bool) {
 	t.Helper()
-	var ps []struct {
-		ID   int    `json:"id"`
-		Name string `json:"name"`
-	}
-	var ls []struct {
-		ID     int `json:"id"`
-		ProgID int `json:"prog_id"`
-	}
-	for what, v := range map[string]any{"prog": &ps, "link": &ls} {
+	progs, links = map[int]bool{}, map[int]bool{}
+	for what, ids := range map[string]map[int]bool{"prog": progs, "link": links} {
 		out, err := exec.Command("bpftool", "-j", what, "show").Output()
 		if err != nil {
 			t.Fatalf("bpftool %s show: %v", what, err)
 		}
-		if err := json.Unmarshal(out, v); err != nil {
+		var objs []struct {
+			ID int `json:"id"`
+		}
+		if err := json.Unmarshal(out, &objs); err != nil {
 			t.Fatalf("bpftool %s show: %v", what, err)
 		}
-	}
-	ourProgs, ourLinks = map[int]bool{}, map[int]bool{}
-	for _, p := range ps {
-		if isOurProgram(p.Name) {
-			ourProgs[p.ID] = true
+		for _, o := range objs {
+			ids[o.ID] = true
 		}
 	}
-	for _, l := range ls {
-		if progs[l.ProgID] {
-			ourLinks[l.ID] = true
-		}
-	}
-	return ourProgs, ourLinks
+	return progs, links
 }
 
 // runningLatency starts `stacktop latency args...` as root and returns it
@@ -178,24 +179,18 @@ func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 
 // TestLatencySignalsDetachEverything: SIGINT, SIGTERM and SIGHUP each print a
 // final report and exit 0, and afterwards bpftool shows none of the programs
-// and links the run had loaded.
+// and links the run held (found through its /proc/<pid>/fdinfo, so programs
+// of other tests running on the kernel do not matter).
 func TestLatencySignalsDetachEverything(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
-			before, _ := bpftoolIDs(t, nil)
 			cmd, lines := runningLatency(t, "-r", "200ms")
 			waitForLine(t, lines, isTimestamp)
-			running, _ := bpftoolIDs(t, nil)
-			mine := map[int]bool{}
-			for id := range running {
-				if !before[id] {
-					mine[id] = true
-				}
-			}
-			_, links := bpftoolIDs(t, mine)
-			if len(mine) != len(ourProgramNames) || len(links) == 0 {
-				t.Fatalf("while running: programs %v, links %v; want the %d programs and their links", mine, links, len(ourProgramNames))
+			progs, links := bpfObjectsOf(t, cmd.Process.Pid)
+			// 5 programs; netfilter links in IPv4 and IPv6, 3 tp_btf links
+			if len(progs) != 5 || len(links) != 2*2+3 {
+				t.Fatalf("while running: programs %v, links %v; want 5 programs and 7 links", progs, links)
 			}
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
@@ -216,19 +211,23 @@ func TestLatencySignalsDetachEverything(t *testing.T) {
 			// they may outlive the process by a moment
 			var left []int
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				progs, _ := bpftoolIDs(t, nil)
-				_, links := bpftoolIDs(t, mine)
+				kernelProgs, kernelLinks := bpftoolIDs(t)
 				left = left[:0]
-				for id := range mine {
-					if progs[id] {
+				for id := range progs {
+					if kernelProgs[id] {
 						left = append(left, id)
 					}
 				}
-				if len(left) == 0 && len(links) == 0 {
+				for id := range links {
+					if kernelLinks[id] {
+						left = append(left, id)
+					}
+				}
+				if len(left) == 0 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("5s after exit: programs %v and links %v of the run are still there", left, links)
+					t.Fatalf("5s after exit, programs/links %v of the run are still there", left)
 				}
 			}
 		})
