@@ -167,15 +167,21 @@ static __always_inline void refresh(struct conn *c, const struct sock *sk)
 	c->retrans = BPF_CORE_READ(tp, total_retrans);
 	c->state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	c->owner.netns = sock_netns(sk); /* the socket's, known even before its owner */
-	/* A connecting socket gets its local address and port on connect(),
-	 * an accepted one keeps its listener's: read the tuple every time. */
+}
+
+/* read_tuple copies the addresses and ports. A connecting socket gets its
+ * local address and port during connect(), so it is read on every event but
+ * the last: by the time TCP_CLOSE is traced, inet_put_port() has already
+ * zeroed the local port. */
+static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
+{
 	c->family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (c->family == AF_INET) {
-		BPF_CORE_READ_INTO(c->saddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO(c->daddr, sk, __sk_common.skc_daddr);
+		bpf_core_read(c->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(c->daddr, 4, &sk->__sk_common.skc_daddr);
 	} else {
-		BPF_CORE_READ_INTO(c->saddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(c->daddr, sk, __sk_common.skc_v6_daddr);
+		bpf_core_read(c->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(c->daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
 	c->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	c->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
@@ -214,6 +220,8 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN)
 		set_owner(&c->owner, sk);
 	refresh(c, sk);
+	if (newstate != TCP_CLOSE || !c->family)
+		read_tuple(c, sk);
 	c->state = newstate; /* the socket's own field changes after the tracepoint */
 	if (newstate != TCP_CLOSE)
 		return 0;
@@ -247,6 +255,7 @@ static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool 
 		__sync_fetch_and_add(&c->bytes_out, ret);
 	set_owner(&c->owner, sk);
 	refresh(c, sk);
+	read_tuple(c, sk);
 }
 
 SEC("tp_btf/sock_send_length")
