@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stacktop/stacktop/internal/clierr"
-	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/connfilter"
+	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"

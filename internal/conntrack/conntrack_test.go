@@ -158,7 +158,9 @@ func TestUDPUnconnectedServer(t *testing.T) {
 	clientPID := runHelperProc(t, "udp", "STC_ADDR="+addrPort(p.PeerIP4, int(port)),
 		"STC_SEND="+strconv.Itoa(request), "STC_COUNT="+strconv.Itoa(peers))
 	isServer := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == port && r.LocalAddr == p.PeerIP4 }
-	isClient := func(r *conn.Record) bool { return r.Proto == "udp" && r.RemotePort == port && r.RemoteAddr == p.PeerIP4 }
+	isClient := func(r *conn.Record) bool {
+		return r.Proto == "udp" && r.RemotePort == port && r.RemoteAddr == p.PeerIP4
+	}
 	h := poll(t, tr, func(h *history) bool {
 		return len(find(h.last.Records, isServer)) == peers && len(find(h.last.Records, isClient)) == peers
 	})

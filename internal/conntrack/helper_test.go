@@ -181,9 +181,9 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 
 // history accumulates snapshots: closed records are reported only once.
 type history struct {
-	last    conn.Snapshot
-	closed  []conn.Record
-	seen    []conn.Record // every record of every snapshot
+	last      conn.Snapshot
+	closed    []conn.Record
+	seen      []conn.Record // every record of every snapshot
 	snapshots int
 }
 
