@@ -233,8 +233,10 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 
 static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
 {
+	/* A failed or peeking call moved no bytes, but it still tells whose
+	 * socket this is (an accepted socket's first read is often EAGAIN). */
 	if (ret < 0 || (in && (flags & MSG_PEEK)))
-		return;
+		ret = 0;
 	u64 cookie = bpf_get_socket_cookie(sk);
 	if (is_inet(sk, SOCK_DGRAM, IPPROTO_UDP)) {
 		struct owner o = {};
@@ -249,9 +251,9 @@ static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool 
 	struct conn *c = tcp_entry(sk, cookie, alive, CONN_PARTIAL);
 	if (!c)
 		return;
-	if (in)
+	if (ret && in)
 		__sync_fetch_and_add(&c->bytes_in, ret);
-	else
+	else if (ret)
 		__sync_fetch_and_add(&c->bytes_out, ret);
 	set_owner(&c->owner, sk);
 	refresh(c, sk);

@@ -61,18 +61,19 @@ func TestTCPExactBytes(t *testing.T) {
 				name      string
 				r         conn.Record
 				pid       int
+				comm      string
 				in, out   uint64
 				localAddr netip.Addr
 			}{
-				{"client", client, pid, received, sent, fam.host},
-				{"server", server, os.Getpid(), sent, received, fam.peer},
+				{"client", client, pid, helperComm, received, sent, fam.host},
+				{"server", server, os.Getpid(), comm, sent, received, fam.peer},
 			} {
 				r := c.r
 				if r.BytesIn != c.in || r.BytesOut != c.out {
 					t.Errorf("%s: bytes in/out = %d/%d, want %d/%d", c.name, r.BytesIn, r.BytesOut, c.in, c.out)
 				}
-				if r.PID != uint32(c.pid) || r.Comm != comm {
-					t.Errorf("%s: owner %d/%s, want %d/%s", c.name, r.PID, r.Comm, c.pid, comm)
+				if r.PID != uint32(c.pid) || r.Comm != c.comm {
+					t.Errorf("%s: owner %d/%s, want %d/%s", c.name, r.PID, r.Comm, c.pid, c.comm)
 				}
 				if r.PacketsIn < c.in/mss || r.PacketsOut < c.out/mss {
 					t.Errorf("%s: packets in/out = %d/%d, want at least %d/%d", c.name, r.PacketsIn, r.PacketsOut, c.in/mss, c.out/mss)
@@ -212,7 +213,7 @@ func TestPreexistingConnection(t *testing.T) {
 		t.Fatalf("pre-existing connection listed %d times; snapshot:\n%s", len(rs), dump(s.Records))
 	}
 	r := rs[0]
-	if !r.Partial || r.State != "ESTABLISHED" || r.PID != uint32(cmd.Process.Pid) || r.Comm != procComm(t, cmd.Process.Pid) {
+	if !r.Partial || r.State != "ESTABLISHED" || r.PID != uint32(cmd.Process.Pid) || r.Comm != helperComm {
 		t.Errorf("got %+v, want partial ESTABLISHED owned by %d", r, cmd.Process.Pid)
 	}
 	if r.Event != conn.New || r.LocalAddr != p.HostIP4 || r.RemoteAddr != p.PeerIP4 {

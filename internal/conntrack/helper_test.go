@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,10 +92,22 @@ func runHelper(mode string) error {
 	return nil
 }
 
-// helper starts the helper process; env entries are "NAME=value".
+// helperComm is the helper's process name: it runs through a link of that
+// name, so its comm differs from the test's.
+const helperComm = "stc-helper"
+
+// helper prepares the helper process; env entries are "NAME=value".
 func helper(t *testing.T, mode string, env ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), helperComm)
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link)
 	cmd.Env = append(os.Environ(), append([]string{"STC_HELPER=" + mode}, env...)...)
 	cmd.Stderr = os.Stderr
 	return cmd
