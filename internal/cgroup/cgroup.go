@@ -99,8 +99,7 @@ func (r *Resolver) rescan() {
 		if err != nil {
 			return nil
 		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok { // os.FileInfo carries syscall's type, not x/sys/unix's
-
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			rel := strings.TrimPrefix(p, r.root)
 			if rel == "" {
 				rel = "/"
