@@ -46,7 +46,10 @@ accepted it and, if not, the error it answered with.`,
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, status, p.Reason)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return printConnectionHooks(out)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")

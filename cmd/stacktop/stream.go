@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -101,6 +102,9 @@ func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer t.Close()
+	for _, c := range t.Choices() {
+		slog.Info("connection hook attached", "hook", c.Hook, "backend", c.Backend, "refused", c.Refused)
+	}
 	ctx, stop := runopts.SignalContext(ctx)
 	defer stop()
 	return f.run.Loop(ctx, func(bool) error {
