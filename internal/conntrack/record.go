@@ -74,11 +74,10 @@ func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &c.Owner, 0)
-	if p, ok := t.preexisting[c.Cookie]; ok {
-		r.Partial = true
-		if r.PID == 0 {
-			r.PID, r.Comm, r.Cgroup = p.rec.PID, p.rec.Comm, p.rec.Cgroup
-		}
+	// A socket listed at start-up but seen idle until now has had no
+	// process-context event yet: its owner comes from /proc.
+	if p, ok := t.preexisting[c.Cookie]; ok && r.PID == 0 {
+		r.PID, r.Comm, r.Cgroup = p.rec.PID, p.rec.Comm, p.rec.Cgroup
 	}
 	return r
 }
