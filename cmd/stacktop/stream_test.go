@@ -92,29 +92,12 @@ type traffic struct {
 func newTraffic(t *testing.T, name string, subnet int) *traffic {
 	t.Helper()
 	p := testenv.NewPeer(t, name, subnet)
-	var l net.Listener
-	if err := p.Do(func() (err error) {
-		l, err = net.Listen("tcp", net.JoinHostPort(p.PeerIP4.String(), "0"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			// Echo through read(2)/write(2): io.Copy between two TCP
-			// connections would splice(2), whose reads sock_recv_length
-			// does not see (docs/CONNECTIONS.md, blind spots).
-			go func() {
-				defer c.Close()
-				_, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{c}, make([]byte, 4096))
-			}()
-		}
-	}()
+	// Echo through read(2)/write(2): io.Copy between two TCP connections
+	// would splice(2), whose reads sock_recv_length does not see
+	// (docs/CONNECTIONS.md, blind spots).
+	l := p.ServeTCP(t, net.JoinHostPort(p.PeerIP4.String(), "0"), func(c net.Conn) {
+		_, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{c}, make([]byte, 4096))
+	})
 	tr := &traffic{peer: p, port: l.Addr().(*net.TCPAddr).Port}
 	var err error
 	if tr.held, err = net.Dial("tcp", tr.addr()); err != nil {

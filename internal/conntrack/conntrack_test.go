@@ -140,22 +140,7 @@ func TestUDPUnconnectedServer(t *testing.T) {
 	const idle = time.Second
 	p := testenv.NewPeer(t, "stc-udp", 52)
 	tr := openTracker(t, Config{UDPIdle: idle})
-	var srv net.PacketConn
-	if err := p.Do(func() (err error) { srv, err = net.ListenPacket("udp", addrPort(p.PeerIP4, 0)); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	port := uint16(srv.LocalAddr().(*net.UDPAddr).Port)
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			_, from, err := srv.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = srv.WriteTo(make([]byte, reply), from)
-		}
-	}()
+	port := udpServer(t, p, reply)
 	clientPID := runHelperProc(t, "udp", "STC_ADDR="+addrPort(p.PeerIP4, int(port)),
 		"STC_SEND="+strconv.Itoa(request), "STC_COUNT="+strconv.Itoa(peers))
 	isServer := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == port && r.LocalAddr == p.PeerIP4 }

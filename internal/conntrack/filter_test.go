@@ -56,22 +56,7 @@ func TestFilters(t *testing.T) {
 	}
 	holder := uint32(cmd.Process.Pid)
 
-	var udp net.PacketConn
-	if err := p.Do(func() (err error) { udp, err = net.ListenPacket("udp", addrPort(p.PeerIP4, 0)); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer udp.Close()
-	udpPort := uint16(udp.LocalAddr().(*net.UDPAddr).Port)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := udp.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = udp.WriteTo(buf[:10], from)
-		}
-	}()
+	udpPort := udpServer(t, p, 10)
 	udpClient := uint32(runHelperProc(t, "udp", "STC_ADDR="+addrPort(p.PeerIP4, int(udpPort)), "STC_SEND=10", "STC_COUNT=2"))
 
 	// Name every record of ours; anything else on the host is ignored.

@@ -155,30 +155,37 @@ func holdConnection(t *testing.T, addr string) (*exec.Cmd, int) {
 // and closes.
 func tcpServer(t *testing.T, p *testenv.Peer, addr string, recv, send int) *net.TCPListener {
 	t.Helper()
-	var l net.Listener
-	if err := p.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+	return p.ServeTCP(t, addr, func(c net.Conn) {
+		if _, err := io.ReadFull(c, make([]byte, recv)); err != nil {
+			return
+		}
+		if _, err := c.Write(make([]byte, send)); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+}
+
+// udpServer answers every datagram received on an unconnected socket in the
+// peer's namespace with reply bytes, and returns its port.
+func udpServer(t *testing.T, p *testenv.Peer, reply int) uint16 {
+	t.Helper()
+	var srv net.PacketConn
+	if err := p.Do(func() (err error) { srv, err = net.ListenPacket("udp", addrPort(p.PeerIP4, 0)); return err }); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { srv.Close() })
 	go func() {
+		buf := make([]byte, 65536)
 		for {
-			c, err := l.Accept()
+			_, from, err := srv.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				if _, err := io.ReadFull(c, make([]byte, recv)); err != nil {
-					return
-				}
-				if _, err := c.Write(make([]byte, send)); err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, c)
-			}()
+			_, _ = srv.WriteTo(make([]byte, reply), from)
 		}
 	}()
-	return l.(*net.TCPListener)
+	return uint16(srv.LocalAddr().(*net.UDPAddr).Port)
 }
 
 func openTracker(t *testing.T, cfg Config) *Tracker {
