@@ -6,10 +6,12 @@ package conntrack
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,6 +206,7 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 		return snap, err
 	}
 	t.previous = current
+	slices.SortFunc(snap.Records, byTuple)
 	snap.Lost, snap.MapFull, err = t.drops()
 	return snap, err
 }
@@ -276,6 +279,16 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	mapFull, err = sum(dropMapFull)
 	return lost, mapFull, err
+}
+
+// byTuple orders records the same way every refresh: by protocol, then
+// local and remote address and port.
+func byTuple(a, b conn.Record) int {
+	return cmp.Or(
+		cmp.Compare(a.Proto, b.Proto),
+		a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),
+		a.RemoteAddr.Compare(b.RemoteAddr), cmp.Compare(a.RemotePort, b.RemotePort),
+		cmp.Compare(a.Netns, b.Netns))
 }
 
 func ownNetns() uint32 {
