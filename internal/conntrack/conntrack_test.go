@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -187,7 +188,7 @@ func TestPreexistingConnection(t *testing.T) {
 	p := testenv.NewPeer(t, "stc-pre", 53)
 	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
 	port := l.Addr().(*net.TCPAddr).Port
-	cmd, local := holdConnection(t, addrPort(p.PeerIP4, port))
+	cmd, local, send := holdConnection(t, addrPort(p.PeerIP4, port), nil)
 	tr := openTracker(t, Config{})
 	s, err := tr.Snapshot()
 	if err != nil {
@@ -203,6 +204,20 @@ func TestPreexistingConnection(t *testing.T) {
 	}
 	if r.Event != conn.New || r.LocalAddr != p.HostIP4 || r.RemoteAddr != p.PeerIP4 {
 		t.Errorf("got %+v", r)
+	}
+
+	// Once it moves data the kernel's entry for it (same socket cookie as
+	// sock_diag's) takes over: still one record, still partial.
+	const msg = "hello\n"
+	if _, err := io.WriteString(send, msg); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, tr, func(h *history) bool {
+		rs = find(h.last.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(local) && r.RemotePort == uint16(port) })
+		return len(rs) != 1 || rs[0].BytesOut == uint64(len(msg))
+	})
+	if len(rs) != 1 || !rs[0].Partial || rs[0].Event != conn.Update || rs[0].PID != uint32(cmd.Process.Pid) {
+		t.Errorf("after sending: %s", dump(rs))
 	}
 }
 

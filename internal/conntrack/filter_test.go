@@ -1,7 +1,6 @@
 package conntrack
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -43,17 +42,8 @@ func TestFilters(t *testing.T) {
 
 	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
 	tcpPort := uint16(l.Addr().(*net.TCPAddr).Port)
-	cmd := helper(t, "hold", "STC_ADDR="+addrPort(p.PeerIP4, int(tcpPort)))
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd())}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	cmd, _, _ := holdConnection(t, addrPort(p.PeerIP4, int(tcpPort)),
+		&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgFD.Fd())})
 	holder := uint32(cmd.Process.Pid)
 
 	udpPort := udpServer(t, p, 10)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func envInt(name string) int {
 // runHelper is the helper process. Modes:
 //
 //	tcp:  STC_COUNT times: connect to STC_ADDR, send STC_SEND bytes, read STC_RECV bytes, close
-//	hold: connect to STC_ADDR, print the local port, keep the connection until stdin closes
+//	hold: connect to STC_ADDR, print the local port, send what arrives on stdin until it closes
 //	udp:  from STC_COUNT sockets, send two STC_SEND-byte datagrams each and read two replies
 func runHelper(mode string) error {
 	addr := os.Getenv("STC_ADDR")
@@ -66,7 +67,9 @@ func runHelper(mode string) error {
 			return err
 		}
 		fmt.Println(c.LocalAddr().(*net.TCPAddr).Port)
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		if _, err := io.Copy(c, os.Stdin); err != nil {
+			return err
+		}
 		return c.Close()
 	case "udp":
 		for range envInt("STC_COUNT") {
@@ -123,10 +126,12 @@ func runHelperProc(t *testing.T, mode string, env ...string) int {
 	return cmd.Process.Pid
 }
 
-// holdConnection starts a hold helper and returns it with its local port.
-func holdConnection(t *testing.T, addr string) (*exec.Cmd, int) {
+// holdConnection starts a hold helper (with attr, when not nil) and returns
+// it with its local port and the pipe to what it sends.
+func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec.Cmd, int, io.Writer) {
 	t.Helper()
 	cmd := helper(t, "hold", "STC_ADDR="+addr)
+	cmd.SysProcAttr = attr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +152,7 @@ func holdConnection(t *testing.T, addr string) (*exec.Cmd, int) {
 	if err != nil {
 		t.Fatalf("hold helper printed %q", line)
 	}
-	return cmd, port
+	return cmd, port, stdin
 }
 
 // tcpServer listens on addr inside the peer's namespace. Each accepted
