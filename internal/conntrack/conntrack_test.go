@@ -34,7 +34,7 @@ func find(rs []conn.Record, pred func(*conn.Record) bool) []conn.Record {
 
 // TestTCPExactBytes: a client process sends exactly 1 MiB and receives
 // exactly 512 KiB; both ends report those bytes, their own PIDs and enough
-// segments, over IPv4 and IPv6.
+// segments, over IPv4, IPv6 and IPv4 into a dual-stack IPv6 socket.
 func TestTCPExactBytes(t *testing.T) {
 	const sent, received = 1 << 20, 1 << 19
 	p := testenv.NewPeer(t, "stc-bytes", 50)
@@ -42,11 +42,18 @@ func TestTCPExactBytes(t *testing.T) {
 	comm := procComm(t, os.Getpid())
 	for _, fam := range []struct {
 		name       string
+		listen     string // the server's listening address
 		host, peer netip.Addr
 		family     int
-	}{{"ipv4", p.HostIP4, p.PeerIP4, 4}, {"ipv6", p.HostIP6, p.PeerIP6, 6}} {
+	}{
+		{"ipv4", addrPort(p.PeerIP4, 0), p.HostIP4, p.PeerIP4, 4},
+		{"ipv6", addrPort(p.PeerIP6, 0), p.HostIP6, p.PeerIP6, 6},
+		// A dual-stack server sees the IPv4 client through an IPv6 socket
+		// with IPv4-mapped addresses: reported as IPv4.
+		{"ipv4-mapped", "[::]:0", p.HostIP4, p.PeerIP4, 4},
+	} {
 		t.Run(fam.name, func(t *testing.T) {
-			l := tcpServer(t, p, addrPort(fam.peer, 0), sent, received)
+			l := tcpServer(t, p, fam.listen, sent, received)
 			port := uint16(l.Addr().(*net.TCPAddr).Port)
 			pid := runHelperProc(t, "tcp", "STC_ADDR="+addrPort(fam.peer, int(port)),
 				"STC_SEND="+strconv.Itoa(sent), "STC_RECV="+strconv.Itoa(received))
