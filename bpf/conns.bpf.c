@@ -239,6 +239,9 @@ static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool 
 		ret = 0;
 	u64 cookie = bpf_get_socket_cookie(sk);
 	if (is_inet(sk, SOCK_DGRAM, IPPROTO_UDP)) {
+		struct owner *known = bpf_map_lookup_elem(&owners, &cookie);
+		if (known && known->pid == bpf_get_current_pid_tgid() >> 32)
+			return; /* the common case: spare a hash update per datagram */
 		struct owner o = {};
 		set_owner(&o, sk);
 		bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
