@@ -175,14 +175,12 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	// Live entries first, then the closed events: a connection that closes
 	// in between is then reported closed, not lost for one refresh.
 	live := map[uint64]conn.Record{}
-	var c connsConn
-	var cookie uint64
-	it := t.objs.Conns.Iterate()
-	for it.Next(&cookie, &c) {
-		live[cookie] = t.tcpRecord(&c)
-	}
-	if err := it.Err(); err != nil {
+	cookies, conns, err := readAll[uint64, connsConn](t.objs.Conns)
+	if err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
+	}
+	for i, cookie := range cookies {
+		live[cookie] = t.tcpRecord(&conns[i])
 	}
 	closed, err := t.drainClosed()
 	if err != nil {
@@ -240,19 +238,18 @@ func (t *Tracker) udpFlows(emit func(key, conn.Record, bool)) error {
 		return err
 	}
 	nowNS := uint64(ts.Nano())
-	var k connsFlowKey
-	var f connsFlow
+	keys, flows, err := readAll[connsFlowKey, connsFlow](t.objs.Flows)
+	if err != nil {
+		return fmt.Errorf("reading UDP flows: %w", err)
+	}
 	var expired []connsFlowKey
-	it := t.objs.Flows.Iterate()
-	for it.Next(&k, &f) {
+	for i, k := range keys {
+		f := &flows[i]
 		idle := nowNS > f.LastNs && time.Duration(nowNS-f.LastNs) > t.cfg.UDPIdle
 		if idle {
 			expired = append(expired, k)
 		}
-		emit(k, t.udpRecord(&k, &f), idle)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading UDP flows: %w", err)
+		emit(k, t.udpRecord(&k, f), idle)
 	}
 	for _, k := range expired {
 		if err := t.objs.Flows.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -260,6 +257,28 @@ func (t *Tracker) udpFlows(emit func(key, conn.Record, bool)) error {
 		}
 	}
 	return nil
+}
+
+// readAll reads every entry of a hash map with batch lookups. They walk the
+// map bucket by bucket and, unlike key-by-key iteration, neither restart nor
+// abort when entries are deleted meanwhile — and connections close all the
+// time.
+func readAll[K, V any](m *ebpf.Map) ([]K, []V, error) {
+	const chunk = 4096 // far more than one hash bucket ever holds
+	var keys []K
+	var values []V
+	var cursor ebpf.MapBatchCursor
+	k, v := make([]K, chunk), make([]V, chunk)
+	for {
+		n, err := m.BatchLookup(&cursor, k, v, nil)
+		keys, values = append(keys, k[:n]...), append(values, v[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, values, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 }
 
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
