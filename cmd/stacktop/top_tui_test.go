@@ -136,6 +136,30 @@ func TestTopWithoutColourUnderTmux(t *testing.T) {
 	}
 }
 
+// TestTopSIGTERMRestoresTerminal: a service manager's SIGTERM ends the
+// table like q does: exit 0, terminal restored.
+func TestTopSIGTERMRestoresTerminal(t *testing.T) {
+	testenv.RequireRoot(t)
+	pane := startPane(t, 100, 20, "", "top", "--interval", "300ms")
+	pane.await("the table", func(s string) bool { return strings.Contains(s, " sort Rate In ▼") })
+	shell := strings.TrimSpace(pane.tmux("display-message", "-p", "-t", pane.name, "#{pane_pid}"))
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%s/task/%s/children", shell, shell))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(children)))
+	if err != nil {
+		t.Fatalf("stacktop's pid among the shell's children %q: %v", children, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	pane.expectExit(0)
+	if state := pane.tmux("display-message", "-p", "-t", pane.name, "#{alternate_on} #{cursor_flag}"); strings.TrimSpace(state) != "0 1" {
+		t.Errorf("terminal not restored after SIGTERM: alternate screen, cursor visible = %q, want \"0 1\"", state)
+	}
+}
+
 // pane is stacktop running in a tmux session of fixed size, on a tmux
 // server of its own (a new session on a shared server can race with that
 // server exiting after the previous test's session closed).
