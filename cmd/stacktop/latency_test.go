@@ -9,10 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,43 +19,13 @@ import (
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// stacktopBinary builds the command once per test run, into a directory
-// every user may enter (the bad-input tests run it as nobody).
-func stacktopBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stacktop-cli-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		_ = os.Chmod(dir, 0o755)
-		binPath = filepath.Join(dir, "stacktop")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		out, err := exec.Command(goTool, "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building stacktop: %v", buildErr)
-	}
-	return binPath
-}
-
 // TestLatencyBadInput: every malformed value exits 2 with a message naming
 // the flag and the value. The binary runs as nobody: exiting 2 rather than 77
 // proves the input was rejected before the privilege check, that is, before
 // anything touched the kernel. Valid input as nobody exits 77.
 func TestLatencyBadInput(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := stacktopBinary(t)
+	bin := testenv.Binary(t)
 	cases := []struct {
 		args []string
 		want string
@@ -156,7 +124,7 @@ func bpftoolIDs(t *testing.T) (progs, links map[int]bool) {
 // once its first report is out, with its stdout lines arriving on a channel.
 func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(stacktopBinary(t), append([]string{"latency"}, args...)...)
+	cmd := exec.Command(testenv.Binary(t), append([]string{"latency"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +275,7 @@ func TestLatencyDisabledProbesStayEmpty(t *testing.T) {
 // TestLatencyListProbes: -l names every probe with the backend it gets here.
 func TestLatencyListProbes(t *testing.T) {
 	testenv.RequireRoot(t)
-	out, err := exec.Command(stacktopBinary(t), "latency", "-l").Output()
+	out, err := exec.Command(testenv.Binary(t), "latency", "-l").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

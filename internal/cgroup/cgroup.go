@@ -99,7 +99,6 @@ func (r *Resolver) rescan() {
 		if err != nil {
 			return nil
 		}
-		// os.FileInfo carries a syscall.Stat_t, not a unix.Stat_t
 		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			rel := strings.TrimPrefix(p, r.root)
 			if rel == "" {
