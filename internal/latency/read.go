@@ -48,8 +48,8 @@ func ifaceName(names map[uint32]string, idx uint32) string {
 // export it as is. It sums the per-CPU copies and is safe to call from any
 // goroutine at any time while the tracer is open.
 func (t *Tracer) Read() ([]hist.Series, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mapsMu.RLock()
+	defer t.mapsMu.RUnlock()
 	m := t.maps["hists"]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
@@ -120,8 +120,8 @@ type Counter struct {
 
 // Counters returns the non-zero debug counters since Start.
 func (t *Tracer) Counters() ([]Counter, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mapsMu.RLock()
+	defer t.mapsMu.RUnlock()
 	m := t.maps["counters"]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")

@@ -51,8 +51,9 @@ type Tracer struct {
 	rxStamps *rxTimestamping
 	choices  []features.Choice
 
-	mu       sync.Mutex // guards attached and the name caches used by Read
+	attachMu sync.Mutex // guards attached; held while entering namespaces
 	attached map[string]attachment
+	mapsMu   sync.RWMutex // Read and Counters against close
 	names    *names
 
 	stop      chan struct{}
@@ -161,8 +162,8 @@ func (t *Tracer) candidates(h Hook) []features.Candidate {
 // acquire attaches the named programs that are not attached yet. On failure
 // it detaches what it attached itself and leaves the others alone.
 func (t *Tracer) acquire(progs []string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
 	var fresh []string
 	for _, name := range progs {
 		if _, ok := t.attached[name]; ok {
@@ -252,8 +253,8 @@ func (t *Tracer) followNamespaces() {
 	if t.scope.mode == OwnNetns {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
 	for _, a := range t.attached {
 		if nf, ok := a.(*netfilterAttachment); ok {
 			_ = nf.sync(&t.scope, false)
@@ -273,8 +274,10 @@ func (t *Tracer) Close() error {
 }
 
 func (t *Tracer) close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mapsMu.Lock()
+	defer t.mapsMu.Unlock()
 	var errs []error
 	names := make([]string, 0, len(t.attached))
 	for n := range t.attached {
@@ -299,8 +302,8 @@ func (t *Tracer) close() error {
 // attachedIn reports whether every netfilter program has links in the
 // namespace with this inode.
 func (t *Tracer) attachedIn(inode uint64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
 	for _, a := range t.attached {
 		if nf, ok := a.(*netfilterAttachment); ok && !nf.has(inode) {
 			return false
