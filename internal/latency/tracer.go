@@ -54,7 +54,7 @@ type Tracer struct {
 	attachMu sync.Mutex // guards attached; held while entering namespaces
 	attached map[string]attachment
 	mapsMu   sync.RWMutex // Read and Counters against close
-	names    *names
+	cgroups  *cgroupNamer
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -145,9 +145,7 @@ func open(cfg Config) (_ *Tracer, err error) {
 	if t.rxStamps, err = enableRXTimestamping(); err != nil {
 		return nil, err
 	}
-	if t.names, err = newNames(); err != nil {
-		return nil, err
-	}
+	t.cgroups = newCgroupNamer()
 	return t, nil
 }
 
