@@ -551,3 +551,24 @@ func TestReadWhileTrafficFlows(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// attachedIn reports whether every netfilter program has links in the
+// namespace with this inode.
+func (t *Tracer) attachedIn(inode uint64) bool {
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	for _, a := range t.attached {
+		if nf, ok := a.(*netfilterAttachment); ok && !nf.has(inode) {
+			return false
+		}
+	}
+	return true
+}
+
+// has reports whether the program has links in the namespace with this inode.
+func (a *netfilterAttachment) has(inode uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.inNS[inode]
+	return ok
+}

@@ -296,16 +296,3 @@ func (t *Tracer) close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// attachedIn reports whether every netfilter program has links in the
-// namespace with this inode.
-func (t *Tracer) attachedIn(inode uint64) bool {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
-	for _, a := range t.attached {
-		if nf, ok := a.(*netfilterAttachment); ok && !nf.has(inode) {
-			return false
-		}
-	}
-	return true
-}
