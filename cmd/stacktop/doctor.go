@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
@@ -68,6 +69,14 @@ accepted it and, if not, the error it answered with.`,
 // got; a command with hooks adds its line here.
 var hookProbers = map[string]func() ([]features.Choice, error){
 	"latency": func() ([]features.Choice, error) { return latency.Probe(features.Auto) },
+	"top/stream": func() ([]features.Choice, error) {
+		t, err := conntrack.Open(conntrack.Config{})
+		if err != nil {
+			return nil, err
+		}
+		defer t.Close()
+		return t.Choices(), nil
+	},
 }
 
 // probeHooks runs every prober; a hook no backend could attach shows up with

@@ -71,6 +71,8 @@ and exports both to Prometheus (stacktop serve).`,
 	root.PersistentFlags().String("log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
+	root.AddCommand(newTopCmd(), newStreamCmd())
+	makeTop(root)
 	return root
 }
 
