@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
@@ -66,6 +68,28 @@ func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
 		}
 	}
 	return out, nil
+}
+
+// seedListeners tells the kernel the owners of listeners that existed before
+// start-up, so that connections they accept from now on are attributed at
+// once, as those of listeners created later are.
+func (t *Tracker) seedListeners() error {
+	for _, p := range t.preexisting {
+		r := &p.rec
+		if r.State != "LISTEN" || r.PID == 0 {
+			continue
+		}
+		o := connsOwner{Pid: r.PID, Netns: r.Netns}
+		o.CgroupId, _ = cgroup.ID(r.Cgroup) // 0 (unknown) when it vanished meanwhile
+		for i := 0; i < len(o.Comm) && i < len(r.Comm); i++ {
+			o.Comm[i] = int8(r.Comm[i])
+		}
+		k := connsListenerKey{Netns: r.Netns, Port: r.LocalPort}
+		if err := t.objs.Listeners.Update(&k, &o, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("recording listener owners: %w", err)
+		}
+	}
+	return nil
 }
 
 func ipAddr(ip []byte) netip.Addr {

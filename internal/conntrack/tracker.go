@@ -101,7 +101,7 @@ func (t *Tracker) open() error {
 	}
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
-		"closed": t.objs.Closed, "drops": t.objs.Drops,
+		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
 	}
 	if t.events, err = ringbuf.NewReader(t.objs.Closed); err != nil {
 		return fmt.Errorf("ring buffer: %w", err)
@@ -112,6 +112,9 @@ func (t *Tracker) open() error {
 	// Listed after attaching, so that no connection falls between the two:
 	// one that closes in between is reported by the kernel.
 	if t.preexisting, err = listPreexisting(ownNetns()); err != nil {
+		return err
+	}
+	if err := t.seedListeners(); err != nil {
 		return err
 	}
 	t.last = time.Now()
