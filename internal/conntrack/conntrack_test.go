@@ -190,7 +190,8 @@ func TestUDPUnconnectedServer(t *testing.T) {
 }
 
 // TestPreexistingConnection: a connection opened before the tracker starts
-// is listed in the first snapshot as partial, with its state and owner.
+// is listed in the first snapshot as partial, with its state and owner, at
+// both ends (one in another network namespace).
 func TestPreexistingConnection(t *testing.T) {
 	p := testenv.NewPeer(t, "stc-pre", 53)
 	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
@@ -211,6 +212,12 @@ func TestPreexistingConnection(t *testing.T) {
 	}
 	if r.Event != conn.New || r.LocalAddr != p.HostIP4 || r.RemoteAddr != p.PeerIP4 {
 		t.Errorf("got %+v", r)
+	}
+	// Its other end lives in the peer's namespace, owned by this process.
+	peerEnd := find(s.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(port) && r.RemotePort == uint16(local) })
+	if len(peerEnd) != 1 || !peerEnd[0].Partial || peerEnd[0].PID != uint32(os.Getpid()) ||
+		peerEnd[0].Netns != uint32(p.Inode()) || peerEnd[0].State != "ESTABLISHED" {
+		t.Errorf("the server's end in namespace %d: %s", p.Inode(), dump(peerEnd))
 	}
 
 	// Once it moves data the kernel's entry for it (same socket cookie as

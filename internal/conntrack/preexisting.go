@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -28,15 +30,36 @@ type preexisting struct {
 	cookie uint64
 }
 
-// listPreexisting enumerates the TCP sockets of stacktop's own network
-// namespace (sock_diag answers for one namespace) with their owners.
-func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
+// listPreexisting enumerates the TCP sockets of every network namespace it
+// can find (those of processes, and those named under /run/netns), with
+// their owners. sock_diag answers for one namespace at a time.
+func listPreexisting() map[uint64]*preexisting {
 	owners := socketOwners()
 	out := map[uint64]*preexisting{}
+	for ino, path := range namespaces() {
+		if err := listNamespace(path, ino, owners, out); err != nil {
+			// Namespaces come and go; one that vanished has nothing to list.
+			slog.Debug("listing connections of a network namespace", "path", path, "err", err)
+		}
+	}
+	return out
+}
+
+func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map[uint64]*preexisting) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		socks, err := netlink.SocketDiagTCPInfo(family)
+		socks, err := h.SocketDiagTCPInfo(family)
 		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return nil, fmt.Errorf("sock_diag TCP dump: %w", err)
+			return fmt.Errorf("sock_diag TCP dump: %w", err)
 		}
 		for _, s := range socks {
 			m := s.InetDiagMsg
@@ -53,7 +76,7 @@ func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
 				RemoteAddr: ipAddr(m.ID.Destination),
 				RemotePort: m.ID.DestinationPort,
 				State:      stateName(m.State),
-				Netns:      netnsIno,
+				Netns:      ino,
 				Partial:    true,
 			}}
 			p.rec.Family = familyOf(p.rec.LocalAddr)
@@ -67,7 +90,23 @@ func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
 			out[cookie] = p
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// namespaces returns a path to each network namespace, by inode.
+func namespaces() map[uint32]string {
+	paths, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	named, _ := filepath.Glob("/run/netns/*")
+	out := map[uint32]string{}
+	for _, p := range append(paths, named...) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			if _, seen := out[uint32(st.Ino)]; !seen {
+				out[uint32(st.Ino)] = p
+			}
+		}
+	}
+	return out
 }
 
 // seedListeners tells the kernel the owners of listeners that existed before

@@ -111,9 +111,7 @@ func (t *Tracker) open() error {
 	}
 	// Listed after attaching, so that no connection falls between the two:
 	// one that closes in between is reported by the kernel.
-	if t.preexisting, err = listPreexisting(ownNetns()); err != nil {
-		return err
-	}
+	t.preexisting = listPreexisting()
 	if err := t.seedListeners(); err != nil {
 		return err
 	}
@@ -311,12 +309,4 @@ func byTuple(a, b conn.Record) int {
 		a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),
 		a.RemoteAddr.Compare(b.RemoteAddr), cmp.Compare(a.RemotePort, b.RemotePort),
 		cmp.Compare(a.Netns, b.Netns))
-}
-
-func ownNetns() uint32 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/self/ns/net", &st) != nil {
-		return 0
-	}
-	return uint32(st.Ino)
 }
