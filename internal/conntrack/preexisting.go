@@ -63,9 +63,10 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 		}
 		for _, s := range socks {
 			m := s.InetDiagMsg
-			// Time-wait and request sockets are not full sockets: they
-			// never reach another state change we could report.
-			if m.State == tcpTimeWait || m.State == tcpSynRecv || m.State == tcpNewSynRecv {
+			// Time-wait and request sockets are not full sockets, and a
+			// bound-only socket (CLOSE, dumped since 6.7) may be closed
+			// without a state change: none would ever be reported closed.
+			if m.State == tcpTimeWait || m.State == tcpSynRecv || m.State == tcpNewSynRecv || m.State == tcpClose {
 				continue
 			}
 			cookie := uint64(m.ID.Cookie[0]) | uint64(m.ID.Cookie[1])<<32
