@@ -59,7 +59,7 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 		choice, err := features.Choose(h.name, forced, cands...)
 		t.choices = append(t.choices, choice)
 		if err != nil {
-			return err
+			return fmt.Errorf("connection tracking: %w; `stacktop doctor` shows what this kernel allows, --backend auto picks what works", err)
 		}
 	}
 	return nil
