@@ -88,11 +88,21 @@ func Open(cfg Config) (*Tracker, error) {
 	return t, nil
 }
 
-func (t *Tracker) open() error {
-	var err error
-	if t.cgroups, err = cgroup.NewResolver(); err != nil {
-		return fmt.Errorf("cgroup v2: %w", err)
+// Probe attaches every connection hook, detaches them again and reports the
+// backend each got or why none would attach (for doctor).
+func Probe(backend features.Backend) ([]features.Choice, error) {
+	t := &Tracker{}
+	defer t.Close()
+	if err := t.loadMaps(); err != nil {
+		return nil, err
 	}
+	err := t.attachHooks(backend)
+	return t.choices, err
+}
+
+// loadMaps creates the maps every program of the object shares.
+func (t *Tracker) loadMaps() error {
+	var err error
 	if t.spec, err = loadConns(); err != nil {
 		return err
 	}
@@ -102,6 +112,17 @@ func (t *Tracker) open() error {
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
 		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
+	}
+	return nil
+}
+
+func (t *Tracker) open() error {
+	var err error
+	if t.cgroups, err = cgroup.NewResolver(); err != nil {
+		return fmt.Errorf("cgroup v2: %w", err)
+	}
+	if err := t.loadMaps(); err != nil {
+		return err
 	}
 	if t.events, err = ringbuf.NewReader(t.objs.Closed); err != nil {
 		return fmt.Errorf("ring buffer: %w", err)
