@@ -52,6 +52,7 @@ type Peer struct {
 func NewPeer(t testing.TB, name string, subnet int) *Peer {
 	t.Helper()
 	RequireRoot(t)
+	lockSubnet(t, subnet)
 	p := &Peer{
 		Name:    name,
 		HostIf:  name + "-h",
