@@ -49,16 +49,17 @@ type Model struct {
 	hint          string // a one-key-press note in the status bar
 }
 
-// NewModel returns an empty screen sorted by s (DefaultSort if zero).
+// NewModel returns an empty screen sorted by s in each view that has its
+// column, and by DefaultSort in the others (and when s is zero).
 func NewModel(h Header, s Sort) *Model {
-	if s.Column == "" {
-		s = DefaultSort
+	m := &Model{header: h, view: connView, width: 80, height: 24, sorts: map[*view]Sort{}}
+	for _, v := range []*view{connView, processView} {
+		m.sorts[v] = DefaultSort
+		if v.has(s.Column) {
+			m.sorts[v] = s
+		}
 	}
-	m := &Model{header: h, view: connView, width: 80, height: 24, sorts: map[*view]Sort{connView: s, processView: DefaultSort}}
-	if processView.has(s.Column) {
-		m.sorts[processView] = s
-	}
-	m.cursor = s.Column
+	m.cursor = m.sorts[connView].Column
 	m.rebuild()
 	return m
 }

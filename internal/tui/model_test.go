@@ -496,6 +496,10 @@ func TestInitialSortInProcessView(t *testing.T) {
 	if m.sorts[processView].Column != ColPID {
 		t.Fatal("an initial sort that exists per process applies there too")
 	}
+	m = NewModel(fixtureHeader, Sort{Column: ColConns, Desc: true})
+	if m.sorts[connView] != DefaultSort || m.sorts[processView].Column != ColConns || m.cursor != DefaultSort.Column {
+		t.Fatalf("--sort conns: connections %+v, processes %+v, cursor %s", m.sorts[connView], m.sorts[processView], m.cursor)
+	}
 }
 
 func TestHumanFormats(t *testing.T) {
