@@ -91,7 +91,7 @@ func (m *Model) columnHeader(t *Theme) string {
 		title := c.title
 		style := t.header
 		if c.id == s.Column {
-			title += map[bool]string{true: "▼", false: "▲"}[s.Desc]
+			title += arrow(s.Desc)
 			style = t.sorted
 		}
 		if c.id == m.cursor {
@@ -144,6 +144,14 @@ func (m *Model) rowText(r *Row) string {
 	return b.String()
 }
 
+// arrow shows the sort direction: ▼ biggest (or Z) first, ▲ smallest first.
+func arrow(desc bool) string {
+	if desc {
+		return "▼"
+	}
+	return "▲"
+}
+
 // marker is the two-character row prefix: the event, then partial.
 func marker(r *Row) string {
 	ev, part := byte(' '), byte(' ')
@@ -161,7 +169,7 @@ func marker(r *Row) string {
 
 func (m *Model) statusBar(t *Theme) string {
 	s := m.sorts[m.view]
-	parts := []string{fmt.Sprintf("sort %s %s", columns[s.Column].title, map[bool]string{true: "▼", false: "▲"}[s.Desc])}
+	parts := []string{fmt.Sprintf("sort %s %s", columns[s.Column].title, arrow(s.Desc))}
 	switch {
 	case m.typing:
 		parts = append(parts, fmt.Sprintf("filter: %s▏ (Enter keep, Esc clear)", m.filter))
