@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -133,6 +134,26 @@ func TestTopWithoutColourUnderTmux(t *testing.T) {
 			pane.keys("q")
 			pane.expectExit(0)
 		})
+	}
+}
+
+// TestTopSortFlag: a bad --sort is bad usage (exit 2, naming the flag and
+// the value), found before privileges or the kernel are looked at, for top,
+// the bare command and tcptop alike.
+func TestTopSortFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"stacktop", "top", "--sort", "speed"},
+		{"stacktop", "--sort", "speed"},
+		{"tcptop", "--sort", "speed"},
+	} {
+		code, _, stderr := runArgs(args...)
+		if code != clierr.ExitUsage || !strings.HasPrefix(stderr, `error: invalid --sort "speed": unknown column; one of proto, local,`) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 naming --sort and its value", args, code, stderr)
+		}
+	}
+	code, _, stderr := runArgs("stacktop", "top", "--sort", "rtt:up")
+	if code != clierr.ExitUsage || !strings.Contains(stderr, `invalid --sort "rtt:up": direction must be asc or desc`) {
+		t.Errorf("--sort rtt:up: exit %d, stderr %q", code, stderr)
 	}
 }
 
