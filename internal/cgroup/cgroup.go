@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,7 +99,7 @@ func (r *Resolver) rescan() {
 		if err != nil {
 			return nil
 		}
-		if st, ok := info.Sys().(*unix.Stat_t); ok {
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
 			rel := strings.TrimPrefix(p, r.root)
 			if rel == "" {
 				rel = "/"
