@@ -70,6 +70,7 @@ and exports both to Prometheus (stacktop serve).`,
 	root.SetErr(stderr)
 	root.PersistentFlags().String("log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
+	root.AddCommand(newServeCmd())
 	return root
 }
 
