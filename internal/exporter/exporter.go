@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/features"
@@ -38,9 +37,6 @@ type Config struct {
 
 	// Backends are the per-hook backend choices made at start-up.
 	Backends []features.Choice
-	// Programs are the attached BPF programs, by name, whose run count and
-	// run time are reported while BPF statistics are enabled.
-	Programs map[string]*ebpf.Program
 	// BPFStatsEnabled reports whether the kernel is collecting run
 	// statistics (kernel.bpf_stats_enabled, or a stats fd we hold); nil means
 	// read the sysctl.
@@ -55,7 +51,9 @@ type Config struct {
 type Exporter struct {
 	cfg         Config
 	latencyDesc *prometheus.Desc
-	mu          sync.Mutex
+
+	mu           sync.Mutex
+	programNames map[uint32]string // by program ID
 }
 
 // New returns an Exporter for cfg.
@@ -63,7 +61,11 @@ func New(cfg Config) *Exporter {
 	if cfg.BPFStatsEnabled == nil {
 		cfg.BPFStatsEnabled = SysctlBPFStatsEnabled
 	}
-	return &Exporter{cfg: cfg, latencyDesc: latencyDesc(cfg.LatencyByIface, cfg.LatencyByCgroup)}
+	return &Exporter{
+		cfg:          cfg,
+		latencyDesc:  latencyDesc(cfg.LatencyByIface, cfg.LatencyByCgroup),
+		programNames: map[uint32]string{},
+	}
 }
 
 var (

@@ -20,7 +20,8 @@ import (
 )
 
 // loadProgram loads a socket filter that accepts nothing: the smallest
-// program the kernel will run on demand through BPF_PROG_TEST_RUN.
+// program the kernel will run on demand through BPF_PROG_TEST_RUN. The
+// exporter finds it among the programs the test process holds.
 func loadProgram(t *testing.T) *ebpf.Program {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -50,11 +51,11 @@ func TestProgramRunStatistics(t *testing.T) {
 		t.Fatalf("run test program: %v", err)
 	}
 	enabled := true
-	e := New(Config{Programs: map[string]*ebpf.Program{"probe": p}, BPFStatsEnabled: func() bool { return enabled }})
+	e := New(Config{BPFStatsEnabled: func() bool { return enabled }})
 	compare(t, e, fmt.Sprintf(`
 # HELP stacktop_bpf_program_runs_total Times each BPF program ran (only while BPF statistics are enabled).
 # TYPE stacktop_bpf_program_runs_total counter
-stacktop_bpf_program_runs_total{program="probe"} %d
+stacktop_bpf_program_runs_total{program="stacktop_test"} %d
 # HELP stacktop_bpf_stats_enabled 1 while the kernel collects BPF run statistics (sysctl kernel.bpf_stats_enabled or --bpf-stats), else 0.
 # TYPE stacktop_bpf_stats_enabled gauge
 stacktop_bpf_stats_enabled 1
@@ -112,6 +113,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 
 // fullExporter has every source populated, including a real BPF program.
 func fullExporter(t *testing.T) *Exporter {
+	loadProgram(t)
 	c := NewConnections(10)
 	r := tcp(1000, conn.New, 1, 2)
 	r.RTTus = 50
@@ -122,7 +124,6 @@ func fullExporter(t *testing.T) *Exporter {
 		}},
 		Connections:     c,
 		Backends:        []features.Choice{{Hook: "tcp-socket-read", Backend: features.Tracepoint}},
-		Programs:        map[string]*ebpf.Program{"probe": loadProgram(t)},
 		BPFStatsEnabled: func() bool { return true },
 		Version:         "v1", Revision: "abc",
 	})
