@@ -15,13 +15,16 @@ import (
 
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/latency"
 )
 
 // LatencySource yields the cumulative-since-start latency histograms, one
-// Series per hook (and interface and cgroup when grouping is on). The
-// exporter calls Read once per scrape, never concurrently.
+// Series per hook (and interface and cgroup when grouping is on), and per
+// hook how many packets were recorded or skipped and why. The exporter calls
+// it once per scrape, never concurrently.
 type LatencySource interface {
 	Read() ([]hist.Series, error)
+	Counters() ([]latency.Counter, error)
 }
 
 // Config says what the exporter reports. Sources left nil are not reported.
@@ -89,6 +92,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- e.latencyDesc
+	ch <- latencyPacketsDesc
 	describeConnections(ch)
 	describePrograms(ch)
 }

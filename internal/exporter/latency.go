@@ -35,11 +35,31 @@ var latencyBounds = func() [hist.MaxSlot]float64 {
 	return b
 }()
 
+var latencyPacketsDesc = prometheus.NewDesc("stacktop_latency_packets_total",
+	"Packets each latency hook saw, by outcome: recorded, or the reason they were not (see docs/METRICS.md).",
+	[]string{"hook", "reason"}, nil)
+
+// histFull is the outcome of a packet dropped because the histogram map was
+// full: the latency source's map-full counter.
+const histFull = "hist_full"
+
 func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 	series, err := e.cfg.Latency.Read()
 	if err != nil {
 		return fmt.Errorf("read latency histograms: %w", err)
 	}
+	counters, err := e.cfg.Latency.Counters()
+	if err != nil {
+		return fmt.Errorf("read latency counters: %w", err)
+	}
+	var mapFull uint64
+	for _, c := range counters {
+		ch <- prometheus.MustNewConstMetric(latencyPacketsDesc, prometheus.CounterValue, float64(c.Count), c.Hook, c.Reason)
+		if c.Reason == histFull {
+			mapFull += c.Count
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(mapFullDesc, prometheus.CounterValue, float64(mapFull), "latency")
 	for _, s := range series {
 		labels := []string{s.Hook}
 		if e.cfg.LatencyByIface {

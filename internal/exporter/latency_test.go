@@ -9,15 +9,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/latency"
 )
 
 // fakeLatency stands in for the BPF maps with known contents.
 type fakeLatency struct {
-	series []hist.Series
-	err    error
+	series   []hist.Series
+	counters []latency.Counter
+	err      error
 }
 
-func (f *fakeLatency) Read() ([]hist.Series, error) { return f.series, f.err }
+func (f *fakeLatency) Read() ([]hist.Series, error)         { return f.series, f.err }
+func (f *fakeLatency) Counters() ([]latency.Counter, error) { return f.counters, f.err }
 
 func series(hook, iface, cgroup string, buckets map[int]uint64, sum uint64) hist.Series {
 	s := hist.Series{Hook: hook, Iface: iface, Cgroup: cgroup}
@@ -59,6 +62,28 @@ func TestLatencyGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// What happened to each packet a hook saw is exported as is; packets dropped
+// for want of a histogram slot are also the latency source's map-full count.
+func TestLatencyPacketOutcomes(t *testing.T) {
+	e := New(Config{Latency: &fakeLatency{counters: []latency.Counter{
+		{Hook: "tcp-socket-read", Reason: "recorded", Count: 10},
+		{Hook: "tcp-socket-read", Reason: "hist_full", Count: 2},
+		{Hook: "udp-start", Reason: "hist_full", Count: 3},
+		{Hook: "udp-start", Reason: "no_stamp", Count: 7},
+	}}})
+	compare(t, e, `
+# HELP stacktop_latency_packets_total Packets each latency hook saw, by outcome: recorded, or the reason they were not (see docs/METRICS.md).
+# TYPE stacktop_latency_packets_total counter
+stacktop_latency_packets_total{hook="tcp-socket-read",reason="recorded"} 10
+stacktop_latency_packets_total{hook="tcp-socket-read",reason="hist_full"} 2
+stacktop_latency_packets_total{hook="udp-start",reason="hist_full"} 3
+stacktop_latency_packets_total{hook="udp-start",reason="no_stamp"} 7
+# HELP stacktop_map_full_total Kernel-side updates dropped because a BPF map was full.
+# TYPE stacktop_map_full_total counter
+stacktop_map_full_total{source="latency"} 5
+`, "stacktop_latency_packets_total", "stacktop_map_full_total")
 }
 
 // A failing source must not fail the scrape: its error shows up as

@@ -16,6 +16,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -85,8 +86,8 @@ func TestMetricsPassPromlint(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 	if n := testutil.CollectAndCount(e, "stacktop_bpf_program_runs_total", "netstack_latency_seconds",
-		"stacktop_tcp_rtt_seconds", "stacktop_connection_rtt_seconds"); n != 4 {
-		t.Errorf("linted %d of the 4 series that need every source populated", n)
+		"stacktop_tcp_rtt_seconds", "stacktop_connection_rtt_seconds", "stacktop_latency_packets_total"); n != 5 {
+		t.Errorf("linted %d of the 5 series that need every source populated", n)
 	}
 }
 
@@ -119,9 +120,10 @@ func fullExporter(t *testing.T) *Exporter {
 	r.RTTus = 50
 	c.Add(snap(0, r))
 	return New(Config{
-		Latency: &fakeLatency{series: []hist.Series{
-			series("tcp-socket-read", "", "", map[int]uint64{12: 3}, 12000),
-		}},
+		Latency: &fakeLatency{
+			series:   []hist.Series{series("tcp-socket-read", "", "", map[int]uint64{12: 3}, 12000)},
+			counters: []latency.Counter{{Hook: "tcp-socket-read", Reason: "recorded", Count: 3}},
+		},
 		Connections:     c,
 		Backends:        []features.Choice{{Hook: "tcp-socket-read", Backend: features.Tracepoint}},
 		BPFStatsEnabled: func() bool { return true },
