@@ -6,19 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -193,10 +198,175 @@ func (s *stack) scrape(withCredentials bool) (int, error) {
 	return resp.StatusCode, err
 }
 
+// trafficComm names the thread that makes the test's traffic, so its bytes
+// are told apart from everything else on the host (15 characters, the
+// kernel's limit).
+const trafficComm = "sts-e2e-traffic"
+
+// onNamedThread runs fn on an OS thread of its own whose name (the comm the
+// kernel reports for the socket calls it makes) is comm. The thread is never
+// unlocked, so it exits with fn and its name does not leak to other
+// goroutines.
+func onNamedThread(comm string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		name := append([]byte(comm), 0)
+		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+			done <- fmt.Errorf("naming the traffic thread: %w", err)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// tcpFromPeer connects from the peer's namespace to a listener of ours and
+// sends n bytes, which we read, in chunks small enough for the socket buffers
+// so that one goroutine (one named thread) makes every send and receive.
+func tcpFromPeer(p *testenv.Peer, n int) error {
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.HostIP4, 0)))
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var c *net.TCPConn
+	if err := p.Do(func() (err error) {
+		c, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer c.Close()
+	srv, err := ln.AcceptTCP()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	chunk := make([]byte, 10_000)
+	for left := n; left > 0; left -= len(chunk) {
+		part := chunk[:min(left, len(chunk))]
+		if _, err := c.Write(part); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(srv, part); err != nil {
+			return fmt.Errorf("reading: %w", err)
+		}
+	}
+	return nil
+}
+
+// udpFromPeer sends n datagrams of size bytes from the peer's namespace to a
+// socket of ours and reads each before sending the next.
+func udpFromPeer(p *testenv.Peer, n, size int) error {
+	srv, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.HostIP4, 0)))
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	var c *net.UDPConn
+	if err := p.Do(func() (err error) {
+		c, err = net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	for range n {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+		_ = srv.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := srv.Read(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// value returns the single value expr evaluates to, or 0 when it is empty.
+func value(t *testing.T, promAddr, expr string) float64 {
+	t.Helper()
+	res, err := query(promAddr, expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) == 0 {
+		return 0
+	}
+	return res[0].Value
+}
+
 // TestPrometheusEndToEnd runs stacktop serve and Debian's Prometheus and
 // checks, through Prometheus's HTTP API, what a user of the dashboard sees.
 func TestPrometheusEndToEnd(t *testing.T) {
-	s := startStack(t)
+	// -p: socket reads and connections of this test process only, so what
+	// Prometheus shows is the test's traffic, not the host's.
+	s := startStack(t, "--bpf-stats", "-p", strconv.Itoa(os.Getpid()))
+	peer := testenv.NewPeer(t, "sts-e2e", 100)
+
+	// Traffic in rounds until Prometheus has seen it: the first scrapes
+	// after start-up only set the baseline rate() needs.
+	const tcpBytes, udpDatagrams, udpSize = 100_000, 20, 200
+	var rounds int
+	p99 := `histogram_quantile(0.99, sum by (le, hook) (rate(netstack_latency_seconds_bucket[1m])))`
+	eventually(t, 40*time.Second, "finite p99 for both socket-read hooks", func() error {
+		if err := onNamedThread(trafficComm, func() error {
+			if err := tcpFromPeer(peer, tcpBytes); err != nil {
+				return err
+			}
+			return udpFromPeer(peer, udpDatagrams, udpSize)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rounds++
+		res, err := query(s.promAddr, p99)
+		if err != nil {
+			return err
+		}
+		finite := map[string]float64{}
+		for _, r := range res {
+			if !math.IsNaN(r.Value) && !math.IsInf(r.Value, 0) {
+				finite[r.Metric["hook"]] = r.Value
+			}
+		}
+		if _, ok := finite["tcp-socket-read"]; !ok {
+			return fmt.Errorf("p99 per hook: %v", res)
+		}
+		if _, ok := finite["udp-socket-read"]; !ok {
+			return fmt.Errorf("p99 per hook: %v", res)
+		}
+		t.Logf("p99 after %d traffic rounds: tcp-socket-read %gs, udp-socket-read %gs",
+			rounds, finite["tcp-socket-read"], finite["udp-socket-read"])
+		return nil
+	})
+
+	// Every round's connections closed before Prometheus could scrape them
+	// open: their bytes must still be in the process's counters.
+	t.Run("bytes of the traffic's process", func(t *testing.T) {
+		for _, c := range []struct {
+			metric, proto string
+			want          float64
+		}{
+			{"stacktop_received_bytes_total", "tcp", float64(rounds * tcpBytes)},
+			{"stacktop_sent_bytes_total", "tcp", float64(rounds * tcpBytes)},
+			{"stacktop_received_bytes_total", "udp", float64(rounds * udpDatagrams * udpSize)},
+		} {
+			expr := fmt.Sprintf(`sum(%s{comm=%q, proto=%q})`, c.metric, trafficComm, c.proto)
+			var got float64
+			eventually(t, 10*time.Second, expr, func() error {
+				if got = value(t, s.promAddr, expr); got < c.want {
+					return fmt.Errorf("%g, want at least %g", got, c.want)
+				}
+				return nil
+			})
+			// Only the test's thread has this name: nothing else may count.
+			if got != c.want {
+				t.Errorf("%s = %g, want exactly the %g bytes the test moved", expr, got, c.want)
+			}
+		}
+	})
 
 	t.Run("basic auth", func(t *testing.T) {
 		for _, c := range []struct {
@@ -218,14 +388,18 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	})
 
 	// Every dashboard query is accepted by a real Prometheus holding real
-	// stacktop data (Grafana's variables replaced by catch-all values).
+	// stacktop data (Grafana's variables replaced by catch-all values), and
+	// shows something.
 	t.Run("dashboard queries", func(t *testing.T) {
 		for where, expr := range dashboardQueries(t) {
 			if strings.HasPrefix(where, "variable ") {
 				expr = "count(" + expr + ")"
 			}
-			if _, err := query(s.promAddr, expr); err != nil {
+			res, err := query(s.promAddr, expr)
+			if err != nil {
 				t.Errorf("%s: %v", where, errors.Unwrap(err))
+			} else if len(res) == 0 {
+				t.Errorf("%s: no data for %s", where, expr)
 			}
 		}
 	})
