@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -207,83 +206,21 @@ const trafficComm = "sts-e2e-traffic"
 // onNamedThread runs fn on an OS thread of its own whose name (the comm the
 // kernel reports for the socket calls it makes) is comm. The thread is never
 // unlocked, so it exits with fn and its name does not leak to other
-// goroutines.
+// goroutines. fn may fail the test with t.Fatal: its goroutine then ends
+// early and onNamedThread reports that.
 func onNamedThread(comm string, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
+		err := errors.New("traffic aborted by a test failure")
+		defer func() { done <- err }()
 		runtime.LockOSThread()
 		name := append([]byte(comm), 0)
-		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
-			done <- fmt.Errorf("naming the traffic thread: %w", err)
+		if err = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
 			return
 		}
-		done <- fn()
+		err = fn()
 	}()
 	return <-done
-}
-
-// tcpFromPeer connects from the peer's namespace to a listener of ours and
-// sends n bytes, which we read, in chunks small enough for the socket buffers
-// so that one goroutine (one named thread) makes every send and receive.
-func tcpFromPeer(p *testenv.Peer, n int) error {
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.HostIP4, 0)))
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	var c *net.TCPConn
-	if err := p.Do(func() (err error) {
-		c, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-		return err
-	}); err != nil {
-		return err
-	}
-	defer c.Close()
-	srv, err := ln.AcceptTCP()
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	chunk := make([]byte, 10_000)
-	for left := n; left > 0; left -= len(chunk) {
-		part := chunk[:min(left, len(chunk))]
-		if _, err := c.Write(part); err != nil {
-			return err
-		}
-		if _, err := io.ReadFull(srv, part); err != nil {
-			return fmt.Errorf("reading: %w", err)
-		}
-	}
-	return nil
-}
-
-// udpFromPeer sends n datagrams of size bytes from the peer's namespace to a
-// socket of ours and reads each before sending the next.
-func udpFromPeer(p *testenv.Peer, n, size int) error {
-	srv, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.HostIP4, 0)))
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	var c *net.UDPConn
-	if err := p.Do(func() (err error) {
-		c, err = net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
-		return err
-	}); err != nil {
-		return err
-	}
-	defer c.Close()
-	buf := make([]byte, size)
-	for range n {
-		if _, err := c.Write(buf); err != nil {
-			return err
-		}
-		_ = srv.SetReadDeadline(time.Now().Add(3 * time.Second))
-		if _, err := srv.Read(buf); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // value returns the single value expr evaluates to, or 0 when it is empty.
@@ -308,16 +245,17 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	peer := testenv.NewPeer(t, "sts-e2e", 100)
 
 	// Traffic in rounds until Prometheus has seen it: the first scrapes
-	// after start-up only set the baseline rate() needs.
-	const tcpBytes, udpDatagrams, udpSize = 100_000, 20, 200
+	// after start-up only set the baseline rate() needs. Each round is
+	// tcpMessages messages of 100 bytes from the peer, each answered with one
+	// byte, and udpDatagrams datagrams from the peer.
+	const tcpMessages, udpDatagrams = 200, 20
 	var rounds int
 	p99 := `histogram_quantile(0.99, sum by (le, hook) (rate(netstack_latency_seconds_bucket[1m])))`
 	eventually(t, 40*time.Second, "finite p99 for both socket-read hooks", func() error {
 		if err := onNamedThread(trafficComm, func() error {
-			if err := tcpFromPeer(peer, tcpBytes); err != nil {
-				return err
-			}
-			return udpFromPeer(peer, udpDatagrams, udpSize)
+			peer.TCPToHost(t, testenv.V4, tcpMessages, 0)
+			peer.UDPToHost(t, testenv.V4, udpDatagrams, 0)
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -344,15 +282,17 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	})
 
 	// Every round's connections closed before Prometheus could scrape them
-	// open: their bytes must still be in the process's counters.
+	// open: their bytes must still be in the process's counters. Both ends
+	// are the test's thread: each receives (and sends) 100 bytes or 1 byte
+	// per message.
 	t.Run("bytes of the traffic's process", func(t *testing.T) {
 		for _, c := range []struct {
 			metric, proto string
 			want          float64
 		}{
-			{"stacktop_received_bytes_total", "tcp", float64(rounds * tcpBytes)},
-			{"stacktop_sent_bytes_total", "tcp", float64(rounds * tcpBytes)},
-			{"stacktop_received_bytes_total", "udp", float64(rounds * udpDatagrams * udpSize)},
+			{"stacktop_received_bytes_total", "tcp", float64(rounds * tcpMessages * 101)},
+			{"stacktop_sent_bytes_total", "tcp", float64(rounds * tcpMessages * 101)},
+			{"stacktop_received_packets_total", "udp", float64(rounds * udpDatagrams)},
 		} {
 			expr := fmt.Sprintf(`sum(%s{comm=%q, proto=%q})`, c.metric, trafficComm, c.proto)
 			var got float64
@@ -364,7 +304,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 			})
 			// Only the test's thread has this name: nothing else may count.
 			if got != c.want {
-				t.Errorf("%s = %g, want exactly the %g bytes the test moved", expr, got, c.want)
+				t.Errorf("%s = %g, want exactly the %g the test moved", expr, got, c.want)
 			}
 		}
 	})
