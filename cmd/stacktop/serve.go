@@ -49,7 +49,7 @@ type serveOptions struct {
 var sharedConnFilters = []string{"pid", "cgroup", "interface", "netns"}
 
 func newServeCmd() *cobra.Command {
-	o := serveOptions{interval: runopts.Seconds(5 * time.Second)}
+	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve latency histograms and per-process connection metrics to Prometheus",
@@ -67,7 +67,11 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
-	fs := cmd.Flags()
+	o.register(cmd.Flags())
+	return cmd
+}
+
+func (o *serveOptions) register(fs *pflag.FlagSet) {
 	o.flags = fs
 	o.web.Register(fs)
 	o.probes.register(fs)
@@ -78,6 +82,7 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 			fs.AddFlag(f) // shared *Flag: connfilter sees what the command line set
 		}
 	})
+	o.interval = runopts.Seconds(5 * time.Second)
 	fs.DurationVar(&o.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "count a UDP flow closed after this long without datagrams")
 	fs.Var(&o.interval, "interval", "connection snapshot interval (seconds or a duration such as 500ms)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop serving after this long, e.g. 1h (0 = until interrupted)")
@@ -85,7 +90,6 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 		"also export per-connection series for this many of the busiest connections (0 = none)")
 	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
-	return cmd
 }
 
 // config validates every flag (exit 2 naming the flag and value) and returns

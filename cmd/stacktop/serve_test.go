@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -28,6 +31,11 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--interval", "0"}, `invalid --interval "0s": must be positive`},
 		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
 		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
+		{[]string{"-p", "12,x"}, `invalid --pid "x"`},
+		{[]string{"-e", "tcp-socket-wait"}, `invalid --enable-probes "tcp-socket-wait"`},
+		{[]string{"--port", "70000"}, `invalid --port "70000"`},
+		{[]string{"--process", "("}, `invalid --process "("`},
+		{[]string{"--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(append([]string{"stacktop", "serve"}, c.args...)...)
@@ -48,5 +56,37 @@ func TestServePortInUseExit1(t *testing.T) {
 	want := "error: cannot listen on " + busy.Addr().String() + ": the port is already in use"
 	if code != clierr.ExitFailure || !strings.HasPrefix(stderr, want) {
 		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+}
+
+// The probe filters select connections too: a record passes when it matches
+// one value of each filter given, and stream's own filters as usual.
+func TestServeConnectionSelection(t *testing.T) {
+	var o serveOptions
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.register(fs)
+	if err := fs.Parse([]string{"-p", "10,20", "--process", "^nginx$", "--tcp"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, sel, err := o.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(pid uint32, comm, proto string) *conn.Record {
+		return &conn.Record{PID: pid, Comm: comm, Proto: proto}
+	}
+	for _, c := range []struct {
+		r    *conn.Record
+		want bool
+	}{
+		{rec(10, "nginx", "tcp"), true},
+		{rec(20, "nginx", "tcp"), true},
+		{rec(30, "nginx", "tcp"), false},
+		{rec(10, "curl", "tcp"), false},
+		{rec(10, "nginx", "udp"), false},
+	} {
+		if got := sel.match(c.r); got != c.want {
+			t.Errorf("pid %d comm %s proto %s: selected %v, want %v", c.r.PID, c.r.Comm, c.r.Proto, got, c.want)
+		}
 	}
 }
