@@ -92,34 +92,38 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 }
 
-// config validates every flag (exit 2 naming the flag and value) and returns
-// what the two sources are started with.
-func (o *serveOptions) config() (latency.Config, conntrack.Config, *connSelector, error) {
-	fail := func(err error) (latency.Config, conntrack.Config, *connSelector, error) {
-		return latency.Config{}, conntrack.Config{}, nil, err
-	}
+// serveConfig is what the two sources are started with.
+type serveConfig struct {
+	latency latency.Config
+	conns   conntrack.Config
+	sel     *connSelector
+}
+
+// config validates every flag (exit 2 naming the flag and value).
+func (o *serveOptions) config() (serveConfig, error) {
+	var c serveConfig
 	if err := o.web.Validate(); err != nil {
-		return fail(err)
+		return c, err
 	}
 	switch {
 	case o.interval <= 0:
-		return fail(clierr.Usage("interval", o.interval.String(), "must be positive"))
+		return c, clierr.Usage("interval", o.interval.String(), "must be positive")
 	case o.duration < 0:
-		return fail(clierr.Usage("duration", o.duration.String(), "must not be negative"))
+		return c, clierr.Usage("duration", o.duration.String(), "must not be negative")
 	case o.perConn < 0:
-		return fail(clierr.Usage("per-connection-series", strconv.Itoa(o.perConn), "must not be negative"))
+		return c, clierr.Usage("per-connection-series", strconv.Itoa(o.perConn), "must not be negative")
 	case o.udpIdle <= 0:
-		return fail(clierr.Usage("udp-idle", o.udpIdle.String(), "must be positive"))
+		return c, clierr.Usage("udp-idle", o.udpIdle.String(), "must be positive")
 	}
-	lcfg, err := o.probes.config()
-	if err != nil {
-		return fail(err)
+	var err error
+	if c.latency, err = o.probes.config(); err != nil {
+		return c, err
 	}
-	sel, err := o.connSelector(lcfg)
-	if err != nil {
-		return fail(err)
+	if c.sel, err = o.connSelector(c.latency); err != nil {
+		return c, err
 	}
-	return lcfg, conntrack.Config{Backend: lcfg.Backend, UDPIdle: o.udpIdle}, sel, nil
+	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle}
+	return c, nil
 }
 
 // connSelector selects the connections serve exports: stream's own filters,
@@ -214,7 +218,7 @@ func (s selectedConns) Snapshot() (conn.Snapshot, error) {
 }
 
 func (o *serveOptions) run(ctx context.Context) error {
-	lcfg, ccfg, sel, err := o.config()
+	c, err := o.config()
 	if err != nil {
 		return err
 	}
@@ -234,8 +238,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer stop()
 	}
 	cfg := exporter.Config{
-		LatencyByIface:  lcfg.GroupByIface,
-		LatencyByCgroup: lcfg.GroupByCgroup,
+		LatencyByIface:  c.latency.GroupByIface,
+		LatencyByCgroup: c.latency.GroupByCgroup,
 		Connections:     exporter.NewConnections(o.perConn),
 		Version:         version,
 		Revision:        buildCommit(),
@@ -248,12 +252,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer stats.Close()
 		cfg.BPFStatsEnabled = func() bool { return true }
 	}
-	tracer, err := latency.Start(lcfg)
+	tracer, err := latency.Start(c.latency)
 	if err != nil {
 		return fmt.Errorf("%w (see `stacktop doctor`)", err)
 	}
 	defer tracer.Close()
-	tracker, err := conntrack.Open(ccfg)
+	tracker, err := conntrack.Open(c.conns)
 	if err != nil {
 		return fmt.Errorf("%w (see `stacktop doctor`)", err)
 	}
@@ -266,7 +270,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	polling.Go(func() {
-		cfg.Connections.Poll(pollCtx, selectedConns{tracker, sel}, time.Duration(o.interval))
+		cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
 	})
 
 	reg := prometheus.NewRegistry()

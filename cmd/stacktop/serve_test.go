@@ -2,12 +2,14 @@ package main
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
@@ -62,31 +64,53 @@ func TestServePortInUseExit1(t *testing.T) {
 // The probe filters select connections too: a record passes when it matches
 // one value of each filter given, and stream's own filters as usual.
 func TestServeConnectionSelection(t *testing.T) {
-	var o serveOptions
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	o.register(fs)
-	if err := fs.Parse([]string{"-p", "10,20", "--process", "^nginx$", "--tcp"}); err != nil {
+	var own unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
 		t.Fatal(err)
 	}
-	_, _, sel, err := o.config()
-	if err != nil {
-		t.Fatal(err)
+	rec := func(pid uint32, comm, proto, local string, netns uint32) conn.Record {
+		return conn.Record{PID: pid, Comm: comm, Proto: proto, LocalAddr: netip.MustParseAddr(local), Netns: netns}
 	}
-	rec := func(pid uint32, comm, proto string) *conn.Record {
-		return &conn.Record{PID: pid, Comm: comm, Proto: proto}
-	}
-	for _, c := range []struct {
-		r    *conn.Record
-		want bool
+	nginx := rec(10, "nginx", "tcp", "127.0.0.1", uint32(own.Ino))
+	cases := []struct {
+		args []string
+		want map[*conn.Record]bool
 	}{
-		{rec(10, "nginx", "tcp"), true},
-		{rec(20, "nginx", "tcp"), true},
-		{rec(30, "nginx", "tcp"), false},
-		{rec(10, "curl", "tcp"), false},
-		{rec(10, "nginx", "udp"), false},
-	} {
-		if got := sel.match(c.r); got != c.want {
-			t.Errorf("pid %d comm %s proto %s: selected %v, want %v", c.r.PID, c.r.Comm, c.r.Proto, got, c.want)
+		{[]string{"-p", "10,20", "--process", "^nginx$", "--tcp"}, map[*conn.Record]bool{
+			&nginx: true,
+			ptr(rec(20, "nginx", "tcp", "127.0.0.1", 1)): true,
+			ptr(rec(30, "nginx", "tcp", "127.0.0.1", 1)): false,
+			ptr(rec(10, "curl", "tcp", "127.0.0.1", 1)):  false,
+			ptr(rec(10, "nginx", "udp", "127.0.0.1", 1)): false,
+		}},
+		{[]string{"-i", "lo"}, map[*conn.Record]bool{
+			&nginx: true,
+			ptr(rec(10, "nginx", "tcp", "198.18.100.1", 1)): false,
+		}},
+		// netstacklat's default -n 0 leaves connections of every namespace in;
+		// given explicitly, it selects ours.
+		{nil, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): true}},
+		{[]string{"-n", "0"}, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): false}},
+		{[]string{"-n", "-1"}, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): true}},
+	}
+	for _, tc := range cases {
+		var o serveOptions
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		o.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.config()
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		for r, want := range tc.want {
+			if got := c.sel.match(r); got != want {
+				t.Errorf("%v: pid %d comm %s %s %s netns %d: selected %v, want %v",
+					tc.args, r.PID, r.Comm, r.Proto, r.LocalAddr, r.Netns, got, want)
+			}
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
