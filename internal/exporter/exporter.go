@@ -49,8 +49,8 @@ type Config struct {
 }
 
 // Exporter is a prometheus.Collector over the configured sources. Scrapes are
-// serialized: each one reads the kernel maps once, and concurrent scrapes
-// wait for each other instead of multiplying that work.
+// serialized: concurrent scrapes (several Prometheus servers) take turns
+// reading the kernel maps, so the sources need no locking for them.
 type Exporter struct {
 	cfg         Config
 	latencyDesc *prometheus.Desc
@@ -62,7 +62,7 @@ type Exporter struct {
 // New returns an Exporter for cfg.
 func New(cfg Config) *Exporter {
 	if cfg.BPFStatsEnabled == nil {
-		cfg.BPFStatsEnabled = SysctlBPFStatsEnabled
+		cfg.BPFStatsEnabled = sysctlBPFStatsEnabled
 	}
 	return &Exporter{
 		cfg:          cfg,

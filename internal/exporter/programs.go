@@ -33,10 +33,10 @@ func describePrograms(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// SysctlBPFStatsEnabled reports kernel.bpf_stats_enabled. It does not see
+// sysctlBPFStatsEnabled reports kernel.bpf_stats_enabled. It does not see
 // statistics enabled through a BPF_ENABLE_STATS fd, which the sysctl does not
 // reflect.
-func SysctlBPFStatsEnabled() bool {
+func sysctlBPFStatsEnabled() bool {
 	b, err := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled")
 	return err == nil && string(bytes.TrimSpace(b)) == "1"
 }
