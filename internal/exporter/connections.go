@@ -67,8 +67,11 @@ func NewConnections(perConnectionLimit int) *Connections {
 	}
 }
 
+// connKey identifies a connection across snapshots. The namespace is part of
+// it: containers reuse the same addresses, loopback above all.
 type connKey struct {
 	proto         string
+	netns         uint32
 	local, remote netip.AddrPort
 }
 
@@ -173,7 +176,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	c.live = c.live[:0]
 	for i := range s.Records {
 		r := &s.Records[i]
-		k := connKey{r.Proto, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
+		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
 		gk := groupKey{r.Comm, r.Cgroup, r.Proto}
 		g := c.groups[gk]
 		if g == nil {

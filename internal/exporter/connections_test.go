@@ -123,6 +123,22 @@ stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",proto="tcp"} 
 `, "stacktop_received_bytes_total", "stacktop_connections_opened_total", "stacktop_connections_closed_total")
 }
 
+// Connections with the same addresses in two network namespaces (loopback in
+// two containers) are two connections.
+func TestSameAddressesInTwoNamespaces(t *testing.T) {
+	c := NewConnections(0)
+	a, b := tcp(1000, conn.New, 100, 0), tcp(1000, conn.New, 40, 0)
+	a.Netns, b.Netns = 1, 2
+	c.Add(snap(0, a, b))
+	a.BytesIn, b.BytesIn = 110, 45
+	c.Add(snap(time.Second, a, b))
+	compare(t, connExporter(c), `
+# HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
+# TYPE stacktop_received_bytes_total counter
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 155
+`, "stacktop_received_bytes_total")
+}
+
 // Growth is credited to the process that owns the connection when it grows:
 // nothing is taken back from the previous owner.
 func TestOwnerChangeMovesOnlyNewGrowth(t *testing.T) {
