@@ -40,7 +40,7 @@ type serveOptions struct {
 	duration time.Duration
 	perConn  int
 	bpfStats bool
-	flags    *pflag.FlagSet
+	flags    *pflag.FlagSet // tells an explicit -n 0 from its default
 }
 
 // sharedConnFilters are stream's filters that serve does not take from

@@ -49,7 +49,7 @@ type Connections struct {
 	last    map[connKey]counters // totals at the previous snapshot, per live connection
 	groups  map[groupKey]*group
 	open    map[openKey]int // live connections per state, from the latest snapshot
-	live    []conn.Record   // live connections of the latest snapshot
+	live    []conn.Record   // live connections of the latest snapshot, kept for per-connection series
 	lost    uint64
 	mapFull uint64
 	err     error // the latest snapshot's error, reported at the next scrape
@@ -201,7 +201,9 @@ func (c *Connections) Add(s conn.Snapshot) {
 		}
 		seen[k] = now
 		c.open[openKey{gk, r.State}]++
-		c.live = append(c.live, *r)
+		if c.limit > 0 {
+			c.live = append(c.live, *r)
+		}
 	}
 	// Connections missing without a close event (evicted by the tracker)
 	// are forgotten; what they transferred so far stays counted.
