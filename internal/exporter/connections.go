@@ -47,6 +47,7 @@ type Connections struct {
 
 	mu      sync.Mutex
 	last    map[connKey]counters // totals at the previous snapshot, per live connection
+	spare   map[connKey]counters // becomes last at the next snapshot
 	groups  map[groupKey]*group
 	open    map[openKey]int // live connections per state, from the latest snapshot
 	live    []conn.Record   // live connections of the latest snapshot, kept for per-connection series
@@ -62,6 +63,7 @@ func NewConnections(perConnectionLimit int) *Connections {
 	return &Connections{
 		limit:  perConnectionLimit,
 		last:   map[connKey]counters{},
+		spare:  map[connKey]counters{},
 		groups: map[groupKey]*group{},
 		open:   map[openKey]int{},
 	}
@@ -171,7 +173,8 @@ func (c *Connections) Add(s conn.Snapshot) {
 	c.err = nil
 	c.lost = max(c.lost, s.Lost)
 	c.mapFull = max(c.mapFull, s.MapFull)
-	seen := make(map[connKey]counters, len(s.Records))
+	seen := c.spare // reused: a snapshot every few seconds should not churn the heap
+	clear(seen)
 	clear(c.open)
 	c.live = c.live[:0]
 	for i := range s.Records {
@@ -207,7 +210,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	}
 	// Connections missing without a close event (evicted by the tracker)
 	// are forgotten; what they transferred so far stays counted.
-	c.last = seen
+	c.last, c.spare = seen, c.last
 	for gk, g := range c.groups {
 		if s.Time.Sub(g.lastActive) > groupIdleTTL {
 			delete(c.groups, gk)
