@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	grafana "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"go.yaml.in/yaml/v2"
 )
 
@@ -106,6 +108,29 @@ func loadDashboard(t *testing.T) dashboard {
 		t.Fatalf("dashboard is not valid JSON for Grafana's model: %v", err)
 	}
 	return d
+}
+
+// The dashboard loads in Grafana's own schema (the Go types Grafana
+// generates from its CUE definitions, with every built-in panel's options and
+// the Prometheus query type): no unknown field, no required field missing,
+// every value of the declared type.
+func TestDashboardMatchesGrafanaSchema(t *testing.T) {
+	b, err := os.ReadFile("grafana/stacktop-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins.RegisterDefaultPlugins()
+	var d grafana.Dashboard
+	// The SDK returns an empty error list as a non-nil error.
+	if err := d.UnmarshalJSONStrict(b); err != nil && err.Error() != "" {
+		t.Fatalf("Grafana's schema rejects the dashboard:\n%v", err)
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("Grafana's schema rejects the dashboard:\n%v", err)
+	}
+	if len(d.Panels) == 0 {
+		t.Fatal("no panels")
+	}
 }
 
 // panelTypes are the panel plugins built into Grafana that the dashboard may use.
