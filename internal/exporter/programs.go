@@ -80,10 +80,15 @@ func (e *Exporter) collectPrograms(ch chan<- prometheus.Metric) error {
 	return errors.Join(errs...)
 }
 
+// kernelNameLen is how much of a program's name the kernel keeps
+// (BPF_OBJ_NAME_LEN without the NUL).
+const kernelNameLen = 15
+
 // programStats reads one held program's statistics through a duplicate of
-// its descriptor (the original belongs to whoever loaded it). Names are
-// cached: recovering a name longer than the kernel's 15 characters reads
-// the program's BTF.
+// its descriptor (the original belongs to whoever loaded it). A program is
+// named as the kernel names it: cilium/ebpf recovers longer names from BTF
+// only with CAP_SYS_ADMIN, and a fleet of root and capability-only
+// exporters must label the same program the same way.
 func (e *Exporter) programStats(id uint32, fd int) (string, *ebpf.ProgramStats, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -100,7 +105,7 @@ func (e *Exporter) programStats(id uint32, fd int) (string, *ebpf.ProgramStats, 
 		if err != nil {
 			return "", nil, err
 		}
-		name = info.Name
+		name = info.Name[:min(len(info.Name), kernelNameLen)]
 		e.programNames[id] = name
 	}
 	st, err := p.Stats()
