@@ -10,9 +10,11 @@ import (
 	"strings"
 )
 
+const modulePath = "github.com/stacktop/stacktop"
+
 // testenvPkg marks integration suites: a package whose tests use testenv
 // (root checks, network peers) is one, and so is testenv itself.
-const testenvPkg = "github.com/stacktop/stacktop/internal/testenv"
+const testenvPkg = modulePath + "/internal/testenv"
 
 // artifacts are the static binaries every guest gets.
 type artifacts struct {
@@ -22,7 +24,7 @@ type artifacts struct {
 }
 
 type builtSuite struct {
-	pkg  string
+	name string // package path inside the module, e.g. internal/testenv
 	path string // on the host
 }
 
@@ -75,14 +77,15 @@ func build(ctx context.Context, root, dir string, only []string) (*artifacts, er
 		pkgs = integrationSuites(string(out))
 	}
 	for _, pkg := range pkgs {
-		bin := filepath.Join(dir, "suites", strings.ReplaceAll(pkg, "/", "_")+".test")
+		name := strings.TrimPrefix(pkg, modulePath+"/")
+		bin := filepath.Join(dir, "suites", strings.ReplaceAll(name, "/", "_")+".test")
 		if err := goCmd(ctx, root, "test", "-c", "-trimpath", "-o", bin, pkg); err != nil {
 			return nil, err
 		}
 		if _, err := os.Stat(bin); err != nil {
 			continue // a package with no test files yields no binary
 		}
-		a.suites = append(a.suites, builtSuite{pkg: pkg, path: bin})
+		a.suites = append(a.suites, builtSuite{name: name, path: bin})
 	}
 	return a, nil
 }

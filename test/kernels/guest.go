@@ -61,7 +61,7 @@ func newPlan(name string, a *artifacts, modules []debian.Module, cfg config) pro
 		p.Modules = append(p.Modules, "/lib/modules/"+m.Name+".ko")
 	}
 	for _, s := range a.suites {
-		p.Suites = append(p.Suites, protocol.Suite{Package: s.pkg, Path: "/suites/" + path.Base(s.path)})
+		p.Suites = append(p.Suites, protocol.Suite{Package: s.name, Path: "/suites/" + path.Base(s.path)})
 	}
 	return p
 }

@@ -243,7 +243,7 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 			fmt.Fprintf(w, "  backend %s: unsupported: %s\n", u.Backend, u.Reason)
 		}
 		for _, r := range o.res.Runs {
-			fmt.Fprintf(w, "  %-44s %-10s %s\n", r.Suite, r.Backend, summarize(r))
+			fmt.Fprintf(w, "  %-22s %-10s %s\n", r.Suite, r.Backend, summarize(r))
 			for _, t := range r.Tests {
 				if t.Status != protocol.Skip {
 					continue

@@ -128,6 +128,10 @@ func (c *Cache) aptArgs() []string {
 		"-o", "Dir::Etc::sourceparts=/nonexistent",
 		"-o", "Dir::State::Lists=" + filepath.Join(apt, "lists"),
 		"-o", "Dir::Cache=" + filepath.Join(apt, "cache"),
+		// Keep apt's binary cache (images often disable it): it turns each
+		// apt-cache call from seconds into a tenth of one.
+		"-o", "Dir::Cache::pkgcache=pkgcache.bin",
+		"-o", "Dir::Cache::srcpkgcache=srcpkgcache.bin",
 		"-o", "APT::Get::List-Cleanup=false",
 		"-o", "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false",
 		"-o", "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false",

@@ -17,7 +17,7 @@ const PlanPath = "/etc/stacktop-matrix.json"
 
 // Suite is one statically linked test binary.
 type Suite struct {
-	Package string `json:"package"` // import path, for the report
+	Package string `json:"package"` // path inside the module, for the report
 	Path    string `json:"path"`    // inside the guest
 }
 
