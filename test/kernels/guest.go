@@ -124,18 +124,26 @@ func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cfg co
 	return res, nil
 }
 
+// lastStep says where a guest that stopped reporting got stuck.
+func (r *bootResult) lastStep() string {
+	switch n := len(r.Runs); {
+	case r.BootSeconds == 0:
+		return "before init started (kernel boot)"
+	case r.Doctor == nil:
+		return "while stacktop doctor ran"
+	case n > 0 && !r.Runs[n-1].Ended:
+		return fmt.Sprintf("while %s ran with backend %s", r.Runs[n-1].Suite, r.Runs[n-1].Backend)
+	default:
+		return "after the last step it reported"
+	}
+}
+
 // problems lists why a guest run is not a pass, in the words a person
 // reading CI output needs.
 func (r *bootResult) problems(timeout time.Duration) []string {
 	var out []string
 	if r.TimedOut {
-		step := "before init reported"
-		if n := len(r.Runs); n > 0 && !r.Runs[n-1].Ended {
-			step = fmt.Sprintf("while %s ran with backend %s", r.Runs[n-1].Suite, r.Runs[n-1].Backend)
-		} else if r.Doctor != nil {
-			step = "after the last step it reported"
-		}
-		out = append(out, fmt.Sprintf("guest hung: killed after %s %s", timeout, step))
+		out = append(out, fmt.Sprintf("guest hung: killed after %s %s", timeout, r.lastStep()))
 	}
 	if r.Panic != "" {
 		out = append(out, "kernel panic: "+r.Panic)

@@ -161,11 +161,15 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if cfg.keep {
-		log.Info("keeping work directory", "dir", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
+	ok := false
+	defer func() {
+		// Console logs of failed guests are what a person needs next.
+		if cfg.keep || !ok {
+			log.Info("kept work directory (initramfs, console logs)", "dir", work)
+		} else {
+			os.RemoveAll(work)
+		}
+	}()
 	start := time.Now()
 	a, err := build(ctx, root, work, cfg.packages)
 	if err != nil {
@@ -192,7 +196,7 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	}
 	wg.Wait()
 
-	ok := report(os.Stdout, cfg, outcomes)
+	ok = report(os.Stdout, cfg, outcomes)
 	if cfg.kernelsMD != "" {
 		if err := writeKernelsMD(ctx, cfg, a, outcomes); err != nil {
 			return false, err
@@ -242,6 +246,9 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		for _, u := range o.res.Unsupported {
 			fmt.Fprintf(w, "  backend %s: unsupported: %s\n", u.Backend, u.Reason)
 		}
+		for _, u := range o.res.SameAsAuto {
+			fmt.Fprintf(w, "  backend %s: not run again, same as auto: %s\n", u.Backend, u.Reason)
+		}
 		for _, r := range o.res.Runs {
 			fmt.Fprintf(w, "  %-22s %-10s %s\n", r.Suite, r.Backend, summarize(r))
 			for _, t := range r.Tests {
@@ -259,7 +266,7 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 			fmt.Fprintf(w, "  problem: %s\n", p)
 		}
 		if len(problems) > 0 {
-			fmt.Fprintf(w, "  console log: %s (kept with -keep)\n", o.res.Log)
+			fmt.Fprintf(w, "  console log: %s\n", o.res.Log)
 			tail(w, o.res)
 		}
 	}

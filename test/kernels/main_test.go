@@ -59,11 +59,20 @@ func TestParseFlags(t *testing.T) {
 
 func TestProblemsNameWhatWentWrong(t *testing.T) {
 	hung := &bootResult{TimedOut: true, Result: protocol.Result{
-		Doctor: []byte(`{}`),
-		Runs:   []*protocol.Run{{Suite: "example/pkg", Backend: "fentry"}},
+		BootSeconds: 3, Doctor: []byte(`{}`),
+		Runs: []*protocol.Run{{Suite: "example/pkg", Backend: "fentry"}},
 	}}
 	if p := hung.problems(10 * time.Minute); len(p) != 1 || p[0] != "guest hung: killed after 10m0s while example/pkg ran with backend fentry" {
 		t.Errorf("hung: %q", p)
+	}
+	for want, r := range map[string]protocol.Result{
+		"guest hung: killed after 1m0s before init started (kernel boot)": {},
+		"guest hung: killed after 1m0s while stacktop doctor ran":         {BootSeconds: 3},
+		"guest hung: killed after 1m0s after the last step it reported":   {BootSeconds: 3, Doctor: []byte(`{}`)},
+	} {
+		if p := (&bootResult{TimedOut: true, Result: r}).problems(time.Minute); len(p) != 1 || p[0] != want {
+			t.Errorf("hung: %q, want %q", p, want)
+		}
 	}
 	panicked := &bootResult{Result: protocol.Result{Panic: "Kernel panic - not syncing: Attempted to kill init!"}}
 	if p := panicked.problems(time.Minute); len(p) != 1 || !strings.Contains(p[0], "Attempted to kill init") {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,12 +56,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.Doctor, Doctor: doctor}); err != nil {
+	if err := protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.DoctorReport, Doctor: doctor}); err != nil {
+		return err
+	}
+	report, err := protocol.ParseDoctor(doctor)
+	if err != nil {
 		return err
 	}
 	for _, backend := range plan.Backends {
-		if reason := unsupportedBackend(doctor, backend); reason != "" {
+		if reason := report.Unsupported(backend); reason != "" {
 			_ = protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.Unsupported, Backend: backend, Reason: reason})
+			continue
+		}
+		// Forcing the backend auto chose for every hook would run the same
+		// programs again; the guest's minutes are better spent elsewhere.
+		if slices.Contains(plan.Backends, "auto") && report.SameAsAuto(backend) {
+			_ = protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.SameAsAuto, Backend: backend,
+				Reason: fmt.Sprintf("auto chose %s for all %d hooks", backend, len(report.Choices))})
 			continue
 		}
 		for _, s := range plan.Suites {
@@ -136,43 +148,6 @@ func runDoctor(stacktop string) (json.RawMessage, error) {
 		return nil, fmt.Errorf("stacktop doctor printed no JSON: %w", err)
 	}
 	return compact.Bytes(), nil
-}
-
-// backendNeeds lists, per forcible backend, the doctor probes without which
-// none of its hooks can load. Finer per-hook refusals surface in the suites.
-var backendNeeds = map[string][]string{
-	"fentry":     {"fentry", "fexit"},
-	"tracepoint": {"tp_btf"},
-}
-
-// unsupportedBackend says why the kernel cannot run backend at all, or "".
-func unsupportedBackend(doctor json.RawMessage, backend string) string {
-	var rep struct {
-		Probes []struct {
-			Name   string `json:"name"`
-			OK     bool   `json:"ok"`
-			Reason string `json:"reason"`
-		} `json:"probes"`
-	}
-	if err := json.Unmarshal(doctor, &rep); err != nil {
-		return "doctor output unreadable: " + err.Error()
-	}
-	var reasons []string
-	for _, need := range backendNeeds[backend] {
-		found := false
-		for _, p := range rep.Probes {
-			if p.Name == need {
-				found = true
-				if !p.OK {
-					reasons = append(reasons, need+": "+p.Reason)
-				}
-			}
-		}
-		if !found {
-			reasons = append(reasons, need+": not probed by doctor")
-		}
-	}
-	return strings.Join(reasons, "; ")
 }
 
 func runSuite(plan protocol.Plan, s protocol.Suite, backend string) {

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/stacktop/stacktop/test/kernels/protocol"
@@ -22,76 +21,6 @@ type Column struct {
 	Boot   float64 // guest seconds from power-on to init, 0 for the host
 	Doctor json.RawMessage
 	Result *protocol.Result // nil for the host: its suites run outside the matrix
-}
-
-// Probe is one kernel feature doctor checked.
-type Probe struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Reason string `json:"reason"`
-}
-
-// Refusal is a backend that could not implement a hook, and why.
-type Refusal struct {
-	Backend string `json:"backend"`
-	Reason  string `json:"reason"`
-}
-
-// Choice is the backend a hook got.
-type Choice struct {
-	Hook    string    `json:"hook"`
-	Backend string    `json:"backend"`
-	Refused []Refusal `json:"refused"`
-}
-
-// Doctor is the part of doctor's report the tables use.
-type Doctor struct {
-	Kernel  string
-	Probes  []Probe
-	Choices []Choice
-}
-
-// ParseDoctor reads doctor's JSON report.
-func ParseDoctor(raw json.RawMessage) (Doctor, error) {
-	var d Doctor
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return d, fmt.Errorf("doctor report: %w", err)
-	}
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := fields[k]
-		switch k {
-		case "kernel":
-			_ = json.Unmarshal(v, &d.Kernel)
-		case "probes":
-			if err := json.Unmarshal(v, &d.Probes); err != nil {
-				return d, fmt.Errorf("doctor probes: %w", err)
-			}
-		default:
-			d.Choices = append(d.Choices, choices(v)...)
-		}
-	}
-	return d, nil
-}
-
-// choices returns v as hook choices if it is a list of objects that each
-// name a hook and a backend, else nothing.
-func choices(v json.RawMessage) []Choice {
-	var list []Choice
-	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
-		return nil
-	}
-	for _, c := range list {
-		if c.Hook == "" {
-			return nil
-		}
-	}
-	return list
 }
 
 // notes numbers distinct refusal reasons so table cells stay short.
@@ -125,9 +54,9 @@ func (n *notes) write(w io.Writer) {
 
 // Write renders the document.
 func Write(w io.Writer, command string, cols []Column) error {
-	docs := make([]Doctor, len(cols))
+	docs := make([]protocol.Doctor, len(cols))
 	for i, c := range cols {
-		d, err := ParseDoctor(c.Doctor)
+		d, err := protocol.ParseDoctor(c.Doctor)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Name, err)
 		}
@@ -150,7 +79,7 @@ func header(w io.Writer, first string, cols []Column) {
 	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---|", len(cols)))
 }
 
-func writeKernels(w io.Writer, cols []Column, docs []Doctor) {
+func writeKernels(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Kernels")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| name | Debian suite | release | boot to init under TCG |")
@@ -165,7 +94,7 @@ func writeKernels(w io.Writer, cols []Column, docs []Doctor) {
 	fmt.Fprintln(w)
 }
 
-func writeFeatures(w io.Writer, cols []Column, docs []Doctor) {
+func writeFeatures(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Kernel features")
 	fmt.Fprintln(w)
 	var names []string
@@ -191,7 +120,7 @@ func writeFeatures(w io.Writer, cols []Column, docs []Doctor) {
 	fmt.Fprintln(w)
 }
 
-func probeCell(d Doctor, name string, n *notes) string {
+func probeCell(d protocol.Doctor, name string, n *notes) string {
 	for _, p := range d.Probes {
 		if p.Name == name {
 			if p.OK {
@@ -203,7 +132,7 @@ func probeCell(d Doctor, name string, n *notes) string {
 	return "not probed"
 }
 
-func writeHooks(w io.Writer, cols []Column, docs []Doctor) {
+func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Hook backends chosen by `--backend auto`")
 	fmt.Fprintln(w)
 	var hooks []string
@@ -234,7 +163,7 @@ func writeHooks(w io.Writer, cols []Column, docs []Doctor) {
 	fmt.Fprintln(w)
 }
 
-func hookCell(d Doctor, hook string, n *notes) string {
+func hookCell(d protocol.Doctor, hook string, n *notes) string {
 	for _, c := range d.Choices {
 		if c.Hook != hook {
 			continue
@@ -263,6 +192,9 @@ func writeSuites(w io.Writer, cols []Column) {
 		}
 		for _, u := range c.Result.Unsupported {
 			fmt.Fprintf(w, "| %s | %s | all | — | — | — | unsupported %s |\n", c.Name, u.Backend, n.ref(u.Reason))
+		}
+		for _, u := range c.Result.SameAsAuto {
+			fmt.Fprintf(w, "| %s | %s | all | — | — | — | same as auto %s |\n", c.Name, u.Backend, n.ref(u.Reason))
 		}
 		for _, r := range c.Result.Runs {
 			var pass, fail int

@@ -17,25 +17,10 @@ const doctor61 = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},
 
 const doctorHost = `{"kernel":"6.18.0","probes":[{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"netfilter_link","ok":true},{"name":"iter_tcp","ok":false,"reason":"attach: EPERM"}]}`
 
-func TestParseDoctorToleratesNewFields(t *testing.T) {
-	d, err := ParseDoctor(json.RawMessage(doctor61))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.Kernel != "6.1.0-50-cloud-amd64" || len(d.Probes) != 2 || d.Probes[1].Reason != "load: invalid argument" {
-		t.Fatalf("doctor %+v", d)
-	}
-	if len(d.Choices) != 2 || d.Choices[1].Hook != "tcp-start" || d.Choices[1].Refused[0].Backend != "tracepoint" {
-		t.Fatalf("choices %+v", d.Choices)
-	}
-	if _, err := ParseDoctor(json.RawMessage(`not json`)); err == nil {
-		t.Error("garbage accepted")
-	}
-}
-
 func TestWriteTables(t *testing.T) {
 	res := &protocol.Result{
 		Unsupported: []protocol.Event{{Kind: protocol.Unsupported, Backend: "tracepoint", Reason: "tp_btf: EPERM"}},
+		SameAsAuto:  []protocol.Event{{Kind: protocol.SameAsAuto, Backend: "fentry", Reason: "auto chose fentry for all 2 hooks"}},
 		Runs: []*protocol.Run{{Suite: "example/pkg", Backend: "fentry", Ended: true, Tests: []protocol.Test{
 			{Name: "TestA", Status: protocol.Pass},
 			{Name: "TestB", Status: protocol.Skip, Messages: []string{"b_test.go:3: unsupported: no netfilter link"}},
@@ -63,8 +48,10 @@ func TestWriteTables(t *testing.T) {
 		"| tcp-start | fentry (tracepoint refused [1]) | — |",
 		"| 6.1 | tracepoint | all | — | — | — | unsupported [1] |",
 		"- [1] tp_btf: EPERM",
-		"| 6.1 | fentry | example/pkg | 1 | 0 | TestB [2] | 0 |",
-		"- [2] unsupported: no netfilter link",
+		"| 6.1 | fentry | all | — | — | — | same as auto [2] |",
+		"| 6.1 | fentry | example/pkg | 1 | 0 | TestB [3] | 0 |",
+		"- [2] auto chose fentry for all 2 hooks",
+		"- [3] unsupported: no netfilter link",
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("missing line %q in\n%s", line, out)

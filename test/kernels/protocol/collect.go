@@ -56,6 +56,7 @@ type Result struct {
 	BootSeconds float64
 	Doctor      json.RawMessage
 	Unsupported []Event // backends the kernel cannot run at all
+	SameAsAuto  []Event // backends not run again because auto chose them everywhere
 	Runs        []*Run
 	Failures    []string // guest-level failures: malformed markers, init errors, panics
 	Panic       string   // first kernel panic/oops line
@@ -93,10 +94,12 @@ func (c *Collector) Line(line string) {
 	switch e.Kind {
 	case Booted:
 		c.Result.BootSeconds = e.Seconds
-	case Doctor:
+	case DoctorReport:
 		c.Result.Doctor = e.Doctor
 	case Unsupported:
 		c.Result.Unsupported = append(c.Result.Unsupported, e)
+	case SameAsAuto:
+		c.Result.SameAsAuto = append(c.Result.SameAsAuto, e)
 	case Begin:
 		c.run = &Run{Suite: e.Suite, Backend: e.Backend, logs: map[string][]string{}}
 		c.Result.Runs = append(c.Result.Runs, c.run)

@@ -18,8 +18,9 @@ func console(t *testing.T) string {
 		}
 	}
 	emit(Event{Kind: Booted, Seconds: 2.5})
-	emit(Event{Kind: Doctor, Doctor: json.RawMessage(`{"kernel":"6.1.0","probes":[]}`)})
+	emit(Event{Kind: DoctorReport, Doctor: json.RawMessage(`{"kernel":"6.1.0","probes":[]}`)})
 	emit(Event{Kind: Unsupported, Backend: "tracepoint", Reason: "tp_btf: load: EPERM"})
+	emit(Event{Kind: SameAsAuto, Backend: "fentry", Reason: "auto chose fentry for all 7 hooks"})
 	emit(Event{Kind: Begin, Suite: "example/pkg", Backend: "fentry"})
 	b.WriteString(`=== RUN   TestA
 --- PASS: TestA (0.01s)
@@ -60,6 +61,9 @@ func TestCollectorReadsAGuestRun(t *testing.T) {
 	}
 	if len(r.Unsupported) != 1 || r.Unsupported[0].Backend != "tracepoint" || r.Unsupported[0].Reason != "tp_btf: load: EPERM" {
 		t.Fatalf("unsupported %+v", r.Unsupported)
+	}
+	if len(r.SameAsAuto) != 1 || r.SameAsAuto[0].Backend != "fentry" {
+		t.Fatalf("same as auto %+v", r.SameAsAuto)
 	}
 	if len(r.Runs) != 1 {
 		t.Fatalf("runs %+v", r.Runs)

@@ -39,13 +39,14 @@ const Prefix = "@@stacktop-matrix "
 
 // Event kinds, in the order a healthy guest emits them.
 const (
-	Booted      = "booted"      // init started; Seconds is the guest uptime
-	Doctor      = "doctor"      // Doctor holds `stacktop doctor --format json`
-	Unsupported = "unsupported" // Backend cannot run on this kernel: Reason
-	Begin       = "begin"       // Suite starts with Backend
-	End         = "end"         // Suite ended with ExitCode after Seconds
-	Failure     = "failure"     // the guest could not do what the plan asked: Reason
-	Done        = "done"        // all steps ran; the guest powers off next
+	Booted       = "booted"       // init started; Seconds is the guest uptime
+	DoctorReport = "doctor"       // Doctor holds `stacktop doctor --format json`
+	Unsupported  = "unsupported"  // Backend cannot run on this kernel: Reason
+	SameAsAuto   = "same-as-auto" // forcing Backend would repeat the auto run: Reason
+	Begin        = "begin"        // Suite starts with Backend
+	End          = "end"          // Suite ended with ExitCode after Seconds
+	Failure      = "failure"      // the guest could not do what the plan asked: Reason
+	Done         = "done"         // all steps ran; the guest powers off next
 )
 
 // Event is one marker.

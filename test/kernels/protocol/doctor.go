@@ -1,0 +1,122 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Probe is one kernel feature `stacktop doctor` checked.
+type Probe struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason"`
+}
+
+// Refusal is a backend that could not implement a hook, and why.
+type Refusal struct {
+	Backend string `json:"backend"`
+	Reason  string `json:"reason"`
+}
+
+// Choice is the backend `--backend auto` gave a hook.
+type Choice struct {
+	Hook    string    `json:"hook"`
+	Backend string    `json:"backend"`
+	Refused []Refusal `json:"refused"`
+}
+
+// Doctor is the part of doctor's JSON report the matrix uses. It is read
+// loosely: unknown fields are ignored, and any list of {hook, backend,
+// refused} objects counts as per-hook choices, so doctor can grow without
+// breaking the matrix.
+type Doctor struct {
+	Kernel  string
+	Probes  []Probe
+	Choices []Choice
+}
+
+// ParseDoctor reads doctor's JSON report.
+func ParseDoctor(raw json.RawMessage) (Doctor, error) {
+	var d Doctor
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return d, fmt.Errorf("doctor report: %w", err)
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := fields[k]
+		switch k {
+		case "kernel":
+			_ = json.Unmarshal(v, &d.Kernel)
+		case "probes":
+			if err := json.Unmarshal(v, &d.Probes); err != nil {
+				return d, fmt.Errorf("doctor probes: %w", err)
+			}
+		default:
+			d.Choices = append(d.Choices, choices(v)...)
+		}
+	}
+	return d, nil
+}
+
+// choices returns v as hook choices if it is a list of objects that each
+// name a hook, else nothing.
+func choices(v json.RawMessage) []Choice {
+	var list []Choice
+	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
+		return nil
+	}
+	for _, c := range list {
+		if c.Hook == "" {
+			return nil
+		}
+	}
+	return list
+}
+
+// backendNeeds lists, per forcible backend, the probes without which none
+// of its hooks can load. Finer per-hook refusals surface in the suites.
+var backendNeeds = map[string][]string{
+	"fentry":     {"fentry", "fexit"},
+	"tracepoint": {"tp_btf"},
+}
+
+// Unsupported says why the kernel cannot run backend at all, or "".
+func (d Doctor) Unsupported(backend string) string {
+	var reasons []string
+	for _, need := range backendNeeds[backend] {
+		found := false
+		for _, p := range d.Probes {
+			if p.Name == need {
+				found = true
+				if !p.OK {
+					reasons = append(reasons, need+": "+p.Reason)
+				}
+			}
+		}
+		if !found {
+			reasons = append(reasons, need+": not probed by doctor")
+		}
+	}
+	return strings.Join(reasons, "; ")
+}
+
+// SameAsAuto reports whether auto chose backend for every hook, so that
+// forcing it would repeat the auto run exactly.
+func (d Doctor) SameAsAuto(backend string) bool {
+	if backend == "auto" || len(d.Choices) == 0 {
+		return false
+	}
+	for _, c := range d.Choices {
+		if c.Backend != backend {
+			return false
+		}
+	}
+	return true
+}
