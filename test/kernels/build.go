@@ -13,8 +13,12 @@ import (
 const modulePath = "github.com/stacktop/stacktop"
 
 // testenvPkg marks integration suites: a package whose tests use testenv
-// (root checks, network peers) is one, and so is testenv itself.
-const testenvPkg = modulePath + "/internal/testenv"
+// (root checks, network peers) is one, and so is testenv itself; the
+// matrix's own packages (runnerPkgs) are host tools tested on the host.
+const (
+	testenvPkg = modulePath + "/internal/testenv"
+	runnerPkgs = modulePath + "/test/kernels"
+)
 
 // artifacts are the static binaries every guest gets.
 type artifacts struct {
@@ -51,6 +55,9 @@ func integrationSuites(goList string) []string {
 			continue
 		}
 		imports := strings.Split(f[1]+","+f[2], ",")
+		if f[0] == runnerPkgs || strings.HasPrefix(f[0], runnerPkgs+"/") {
+			continue
+		}
 		if f[0] == testenvPkg || slices.Contains(imports, testenvPkg) {
 			pkgs = append(pkgs, f[0])
 		}

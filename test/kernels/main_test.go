@@ -15,6 +15,7 @@ func TestIntegrationSuitesAreThePackagesUsingTestenv(t *testing.T) {
 		"github.com/stacktop/stacktop/internal/hist||",
 		"github.com/stacktop/stacktop/internal/latency||github.com/stacktop/stacktop/internal/testenv",
 		"github.com/stacktop/stacktop/internal/testenv|net,testing|",
+		"github.com/stacktop/stacktop/test/kernels/debian|github.com/stacktop/stacktop/internal/testenv|",
 	}, "\n")
 	got := integrationSuites(list)
 	want := []string{

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/stacktop/stacktop/internal/testenv"
 )
 
 func TestParseMeta(t *testing.T) {
@@ -62,13 +64,7 @@ func TestSourcesListHasEverySuite(t *testing.T) {
 // all the resolver reads of a module.
 func fakeModule(t *testing.T, path, deps string) {
 	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("clang missing under CI: scripts/deps.sh installs it")
-		}
-		t.Skip("needs clang to build module objects")
-	}
+	clang := testenv.RequireTool(t, "clang")
 	src := filepath.Join(t.TempDir(), "m.c")
 	code := `__attribute__((section(".modinfo"), used)) static const char d[] = "license=GPL\0depends=` + deps + `\0";`
 	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
@@ -85,10 +81,11 @@ func fakeModule(t *testing.T, path, deps string) {
 func TestModulesInDependencyOrder(t *testing.T) {
 	root := t.TempDir()
 	mods := filepath.Join(root, "lib", "modules", "9.9.9-test")
+	xz := testenv.RequireTool(t, "xz")
 	fakeModule(t, filepath.Join(mods, "kernel/drivers/net/veth.ko"), "")
 	fakeModule(t, filepath.Join(mods, "kernel/net/nf-a.ko"), "veth,builtin_one")
 	fakeModule(t, filepath.Join(mods, "kernel/net/b.ko"), "nf_a")
-	if out, err := exec.Command("xz", filepath.Join(mods, "kernel/net/b.ko")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(xz, filepath.Join(mods, "kernel/net/b.ko")).CombinedOutput(); err != nil {
 		t.Fatalf("xz: %v: %s", err, out)
 	}
 	if err := os.WriteFile(filepath.Join(mods, "modules.builtin"), []byte("kernel/lib/builtin-one.ko\n"), 0o644); err != nil {

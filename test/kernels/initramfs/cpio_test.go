@@ -8,18 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stacktop/stacktop/internal/testenv"
 )
 
 // TestBusyboxReadsTheArchive checks the archive with an independent cpio
 // reader, busybox's (installed by scripts/deps.sh for the guests anyway).
 func TestBusyboxReadsTheArchive(t *testing.T) {
-	busybox, err := exec.LookPath("busybox")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("busybox missing under CI: scripts/deps.sh installs busybox-static")
-		}
-		t.Skip("busybox not installed (scripts/deps.sh installs it)")
-	}
+	busybox := testenv.RequireTool(t, "busybox")
 	src := filepath.Join(t.TempDir(), "src")
 	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)

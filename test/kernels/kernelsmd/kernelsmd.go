@@ -97,22 +97,35 @@ func writeKernels(w io.Writer, cols []Column, docs []protocol.Doctor) {
 func writeFeatures(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Kernel features")
 	fmt.Fprintln(w)
-	var names []string
+	names := union(docs, func(d protocol.Doctor) []protocol.Probe { return d.Probes },
+		func(p protocol.Probe) string { return p.Name })
+	table(w, "feature", cols, names, func(i int, name string, n *notes) string { return probeCell(docs[i], name, n) })
+}
+
+// union lists the keys of every doctor report in order of first appearance,
+// so a probe or hook only one kernel knows still gets its row.
+func union[T any](docs []protocol.Doctor, items func(protocol.Doctor) []T, key func(T) string) []string {
+	var out []string
 	seen := map[string]bool{}
 	for _, d := range docs {
-		for _, p := range d.Probes {
-			if !seen[p.Name] {
-				seen[p.Name] = true
-				names = append(names, p.Name)
+		for _, item := range items(d) {
+			if k := key(item); !seen[k] {
+				seen[k] = true
+				out = append(out, k)
 			}
 		}
 	}
-	header(w, "feature", cols)
+	return out
+}
+
+// table writes rows × kernels, with the reasons cells refer to below it.
+func table(w io.Writer, first string, cols []Column, rows []string, cell func(col int, row string, n *notes) string) {
+	header(w, first, cols)
 	var n notes
-	for _, name := range names {
-		fmt.Fprintf(w, "| %s |", name)
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s |", row)
 		for i := range cols {
-			fmt.Fprintf(w, " %s |", probeCell(docs[i], name, &n))
+			fmt.Fprintf(w, " %s |", cell(i, row, &n))
 		}
 		fmt.Fprintln(w)
 	}
@@ -135,32 +148,14 @@ func probeCell(d protocol.Doctor, name string, n *notes) string {
 func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Hook backends chosen by `--backend auto`")
 	fmt.Fprintln(w)
-	var hooks []string
-	seen := map[string]bool{}
-	for _, d := range docs {
-		for _, c := range d.Choices {
-			if !seen[c.Hook] {
-				seen[c.Hook] = true
-				hooks = append(hooks, c.Hook)
-			}
-		}
-	}
+	hooks := union(docs, func(d protocol.Doctor) []protocol.Choice { return d.Choices },
+		func(c protocol.Choice) string { return c.Hook })
 	if len(hooks) == 0 {
 		fmt.Fprintln(w, "This build's doctor reports no per-hook choices yet.")
 		fmt.Fprintln(w)
 		return
 	}
-	header(w, "hook", cols)
-	var n notes
-	for _, h := range hooks {
-		fmt.Fprintf(w, "| %s |", h)
-		for i := range cols {
-			fmt.Fprintf(w, " %s |", hookCell(docs[i], h, &n))
-		}
-		fmt.Fprintln(w)
-	}
-	n.write(w)
-	fmt.Fprintln(w)
+	table(w, "hook", cols, hooks, func(i int, hook string, n *notes) string { return hookCell(docs[i], hook, n) })
 }
 
 func hookCell(d protocol.Doctor, hook string, n *notes) string {
