@@ -28,8 +28,9 @@ type artifacts struct {
 }
 
 type builtSuite struct {
-	name string // package path inside the module, e.g. internal/testenv
-	path string // on the host
+	name     string // package path inside the module, e.g. internal/testenv
+	path     string // on the host
+	testdata string // the package's testdata directory on the host, if any
 }
 
 // goCmd runs the go tool in the module root with cgo off, so every binary is
@@ -92,7 +93,16 @@ func build(ctx context.Context, root, dir string, only []string) (*artifacts, er
 		if _, err := os.Stat(bin); err != nil {
 			continue // a package with no test files yields no binary
 		}
-		a.suites = append(a.suites, builtSuite{name: name, path: bin})
+		s := builtSuite{name: name, path: bin}
+		if td := filepath.Join(root, name, "testdata"); isDir(td) {
+			s.testdata = td
+		}
+		a.suites = append(a.suites, s)
 	}
 	return a, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }

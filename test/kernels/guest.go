@@ -42,6 +42,12 @@ func writeInitramfs(file string, a *artifacts, plan protocol.Plan, modules []deb
 	}
 	for i, s := range a.suites {
 		w.CopyFile(plan.Suites[i].Path, s.path)
+		w.Dir(plan.Suites[i].Dir)
+		if s.testdata != "" {
+			if err := w.CopyTree(path.Join(plan.Suites[i].Dir, "testdata"), s.testdata); err != nil {
+				return err
+			}
+		}
 	}
 	raw, err := json.MarshalIndent(plan, "", "  ")
 	if err != nil {
@@ -61,7 +67,8 @@ func newPlan(name string, a *artifacts, modules []debian.Module, cfg config) pro
 		p.Modules = append(p.Modules, "/lib/modules/"+m.Name+".ko")
 	}
 	for _, s := range a.suites {
-		p.Suites = append(p.Suites, protocol.Suite{Package: s.name, Path: "/suites/" + path.Base(s.path)})
+		p.Suites = append(p.Suites, protocol.Suite{Package: s.name, Path: "/suites/" + path.Base(s.path),
+			Dir: path.Join("/src", s.name)})
 	}
 	return p
 }

@@ -156,12 +156,8 @@ func runSuite(plan protocol.Plan, s protocol.Suite, backend string) {
 	if plan.TestRun != "" {
 		args = append(args, "-test.run="+plan.TestRun)
 	}
-	dir, err := os.MkdirTemp("", "suite-")
-	if err != nil {
-		dir = "/tmp"
-	}
 	cmd := exec.Command(s.Path, args...)
-	cmd.Dir = dir
+	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 	cmd.Env = append(os.Environ(), "CI=true", "PATH=/bin", "HOME=/tmp",
 		testenv.BackendEnv+"="+backend, testenv.BinaryEnv+"="+plan.Stacktop)

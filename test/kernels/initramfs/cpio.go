@@ -6,8 +6,10 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -68,6 +70,28 @@ func (w *Writer) CopyFile(name, src string) {
 		return
 	}
 	w.File(name, uint32(st.Mode().Perm()), data)
+}
+
+// CopyTree adds the host directory src, with its files and subdirectories,
+// as name.
+func (w *Writer) CopyTree(name, src string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		dst := path.Join(name, filepath.ToSlash(rel))
+		switch {
+		case d.IsDir():
+			w.Dir(dst)
+		case d.Type().IsRegular():
+			w.CopyFile(dst, p)
+		}
+		return w.err
+	})
 }
 
 // Symlink adds name pointing at target, like busybox's applet links.

@@ -16,8 +16,15 @@ import (
 // reader, busybox's (installed by scripts/deps.sh for the guests anyway).
 func TestBusyboxReadsTheArchive(t *testing.T) {
 	busybox := testenv.RequireTool(t, "busybox")
-	src := filepath.Join(t.TempDir(), "src")
+	tree := t.TempDir()
+	src := filepath.Join(tree, "src")
 	if err := os.WriteFile(src, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(tree, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "sub", "golden.txt"), []byte("golden"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
@@ -27,6 +34,9 @@ func TestBusyboxReadsTheArchive(t *testing.T) {
 	w.CopyFile("suites/a.test", src)
 	w.Symlink("bin/sh", "busybox")
 	w.Dir("run")
+	if err := w.CopyTree("src/pkg/testdata", tree); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +61,9 @@ func TestBusyboxReadsTheArchive(t *testing.T) {
 	}
 	if target, err := os.Readlink(filepath.Join(out, "bin/sh")); err != nil || target != "busybox" {
 		t.Errorf("bin/sh -> %q, %v", target, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "src/pkg/testdata/sub/golden.txt")); err != nil || string(b) != "golden" {
+		t.Errorf("copied tree: %q, %v", b, err)
 	}
 	if st, err := os.Stat(filepath.Join(out, "run")); err != nil || !st.IsDir() {
 		t.Errorf("run: %v %v", st, err)

@@ -19,6 +19,9 @@ const PlanPath = "/etc/stacktop-matrix.json"
 type Suite struct {
 	Package string `json:"package"` // path inside the module, for the report
 	Path    string `json:"path"`    // inside the guest
+	// Dir is the working directory, like the package directory under go
+	// test: it holds a copy of the package's testdata.
+	Dir string `json:"dir"`
 }
 
 // Plan tells the guest what to run.
