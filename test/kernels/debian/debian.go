@@ -97,7 +97,42 @@ func (c *Cache) Fetch(ctx context.Context, k Kernel) (*Image, error) {
 	if err := os.WriteFile(filepath.Join(c.Dir, "suites", k.Suite), []byte(release+" "+version+"\n"), 0o644); err != nil {
 		return nil, err
 	}
+	if err := c.prune(); err != nil {
+		c.Log.Warn("pruning old kernels", "err", err)
+	}
 	return img, img.locate(root)
+}
+
+// prune removes kernels and packages that no suite points at any more, so
+// the cache does not grow with every Debian kernel update.
+func (c *Cache) prune() error {
+	var current []string
+	for _, k := range Kernels {
+		if release, _, err := c.remembered(k.Suite); err == nil {
+			current = append(current, release)
+		}
+	}
+	inUse := func(name string) bool {
+		for _, r := range current {
+			if strings.Contains(name, r) {
+				return true
+			}
+		}
+		return false
+	}
+	var errs []error
+	for _, dir := range []string{"kernels", "debs"} {
+		entries, err := os.ReadDir(filepath.Join(c.Dir, dir))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !inUse(e.Name()) {
+				errs = append(errs, os.RemoveAll(filepath.Join(c.Dir, dir, e.Name())))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // lock serializes runs that share the cache (CI jobs, parallel kernels).

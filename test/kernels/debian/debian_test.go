@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -108,5 +109,40 @@ func TestModulesInDependencyOrder(t *testing.T) {
 	}
 	if _, err := img.Modules([]string{"missing"}); err == nil {
 		t.Error("unknown module accepted")
+	}
+}
+
+func TestPruneKeepsWhatSuitesPointAt(t *testing.T) {
+	c := &Cache{Dir: t.TempDir()}
+	files := map[string]string{
+		"suites/bookworm":                            "6.1.0-50-cloud-amd64 6.1.176-1\n",
+		"suites/sid":                                 "7.2.13+deb14-cloud-amd64 7.2.13-1\n",
+		"kernels/6.1.0-50-cloud-amd64/.complete":     "",
+		"kernels/6.1.0-47-cloud-amd64/.complete":     "",
+		"kernels/7.2.13+deb14-cloud-amd64/.complete": "",
+		"debs/linux-image-6.1.0-50-cloud-amd64-unsigned_6.1.176-1_amd64.deb":     "",
+		"debs/linux-image-6.1.0-47-cloud-amd64-unsigned_6.1.170-1_amd64.deb":     "",
+		"debs/linux-modules-7.2.13+deb14-cloud-amd64_7.2.13-1_amd64.deb":         "",
+		"debs/linux-binary-unsigned-7.2.12+deb14-cloud-amd64_7.2.12-1_amd64.deb": "",
+	}
+	for name, content := range files {
+		p := filepath.Join(c.Dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.prune(); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		_, err := os.Stat(filepath.Join(c.Dir, name))
+		gone := os.IsNotExist(err)
+		old := strings.Contains(name, "6.1.0-47") || strings.Contains(name, "7.2.12")
+		if gone != old {
+			t.Errorf("%s: removed=%v, want %v", name, gone, old)
+		}
 	}
 }
