@@ -241,8 +241,12 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		if len(problems) > 0 {
 			status, ok = "FAIL", false
 		}
-		fmt.Fprintf(w, "%s kernel %s (%s, %.1f MB of packages): booted in %.1fs, guest ran %s\n", status, o.kernel.Name,
-			o.img.Release, float64(o.img.DebBytes)/1e6, o.res.BootSeconds, o.res.Wall.Round(100*time.Millisecond))
+		booted := "never reached init"
+		if o.res.BootSeconds > 0 {
+			booted = fmt.Sprintf("booted in %.1fs", o.res.BootSeconds)
+		}
+		fmt.Fprintf(w, "%s kernel %s (%s, %.1f MB of packages): %s, guest ran %s\n", status, o.kernel.Name,
+			o.img.Release, float64(o.img.DebBytes)/1e6, booted, o.res.Wall.Round(100*time.Millisecond))
 		for _, u := range o.res.Unsupported {
 			fmt.Fprintf(w, "  backend %s: unsupported: %s\n", u.Backend, u.Reason)
 		}
