@@ -60,8 +60,8 @@ func writeInitramfs(file string, a *artifacts, plan protocol.Plan, modules []deb
 	return f.Close()
 }
 
-func newPlan(name string, a *artifacts, modules []debian.Module, cfg config) protocol.Plan {
-	p := protocol.Plan{Kernel: name, Stacktop: "/bin/stacktop", Backends: cfg.backends,
+func newPlan(a *artifacts, modules []debian.Module, cfg config) protocol.Plan {
+	p := protocol.Plan{Stacktop: "/bin/stacktop", Backends: cfg.backends,
 		SuiteTimeout: cfg.suiteTimeout.String(), TestRun: cfg.run}
 	for _, m := range modules {
 		p.Modules = append(p.Modules, "/lib/modules/"+m.Name+".ko")

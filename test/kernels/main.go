@@ -216,7 +216,7 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 		o.err = err
 		return o
 	}
-	plan := newPlan(k.Name, a, modules, cfg)
+	plan := newPlan(a, modules, cfg)
 	initrd := filepath.Join(work, "initramfs-"+k.Name+".cpio.gz")
 	if err := writeInitramfs(initrd, a, plan, modules, cfg.busybox); err != nil {
 		o.err = fmt.Errorf("initramfs: %w", err)

@@ -26,7 +26,6 @@ type Suite struct {
 
 // Plan tells the guest what to run.
 type Plan struct {
-	Kernel   string   `json:"kernel"`   // matrix name, echoed in reports
 	Modules  []string `json:"modules"`  // paths of .ko files, in load order
 	Stacktop string   `json:"stacktop"` // path of the stacktop binary
 	Suites   []Suite  `json:"suites"`
