@@ -33,7 +33,7 @@ test: deps lint check-generated
 # (TCG). Two guests at a time on the two cores; a guest that runs past
 # MATRIX_TIMEOUT is killed and reported as hung. Kernels are cached in
 # /var/cache/stacktop-kernels. One kernel: make matrix MATRIX_FLAGS='-kernel 6.1'
-MATRIX_TIMEOUT ?= 8m
+MATRIX_TIMEOUT ?= 12m
 MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
