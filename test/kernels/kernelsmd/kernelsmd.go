@@ -149,7 +149,7 @@ func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w, "## Hook backends chosen by `--backend auto`")
 	fmt.Fprintln(w)
 	hooks := union(docs, func(d protocol.Doctor) []protocol.Choice { return d.Choices },
-		func(c protocol.Choice) string { return c.Hook })
+		func(c protocol.Choice) string { return c.Name() })
 	if len(hooks) == 0 {
 		fmt.Fprintln(w, "This build's doctor reports no per-hook choices yet.")
 		fmt.Fprintln(w)
@@ -160,7 +160,7 @@ func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 
 func hookCell(d protocol.Doctor, hook string, n *notes) string {
 	for _, c := range d.Choices {
-		if c.Hook != hook {
+		if c.Name() != hook {
 			continue
 		}
 		cell := c.Backend

@@ -20,17 +20,28 @@ type Refusal struct {
 	Reason  string `json:"reason"`
 }
 
-// Choice is the backend `--backend auto` gave a hook.
+// Choice is the backend `--backend auto` gave a hook; an empty Backend
+// means none could attach.
 type Choice struct {
+	Command string    `json:"-"` // the command whose hook it is, when doctor groups them
 	Hook    string    `json:"hook"`
 	Backend string    `json:"backend"`
 	Refused []Refusal `json:"refused"`
 }
 
+// Name identifies the hook across commands, e.g. "latency ip-start".
+func (c Choice) Name() string {
+	if c.Command == "" {
+		return c.Hook
+	}
+	return c.Command + " " + c.Hook
+}
+
 // Doctor is the part of doctor's JSON report the matrix uses. It is read
 // loosely: unknown fields are ignored, and any list of {hook, backend,
-// refused} objects counts as per-hook choices, so doctor can grow without
-// breaking the matrix.
+// refused} objects, at the top level or in an object keyed by command,
+// counts as per-hook choices, so doctor can grow without breaking the
+// matrix.
 type Doctor struct {
 	Kernel  string
 	Probes  []Probe
@@ -59,23 +70,35 @@ func ParseDoctor(raw json.RawMessage) (Doctor, error) {
 				return d, fmt.Errorf("doctor probes: %w", err)
 			}
 		default:
-			d.Choices = append(d.Choices, choices(v)...)
+			d.Choices = append(d.Choices, choices("", v)...)
+			var byCommand map[string]json.RawMessage
+			if json.Unmarshal(v, &byCommand) == nil {
+				cmds := make([]string, 0, len(byCommand))
+				for c := range byCommand {
+					cmds = append(cmds, c)
+				}
+				sort.Strings(cmds)
+				for _, c := range cmds {
+					d.Choices = append(d.Choices, choices(c, byCommand[c])...)
+				}
+			}
 		}
 	}
 	return d, nil
 }
 
-// choices returns v as hook choices if it is a list of objects that each
-// name a hook, else nothing.
-func choices(v json.RawMessage) []Choice {
+// choices returns v as the hook choices of command if it is a list of
+// objects that each name a hook, else nothing.
+func choices(command string, v json.RawMessage) []Choice {
 	var list []Choice
 	if json.Unmarshal(v, &list) != nil || len(list) == 0 {
 		return nil
 	}
-	for _, c := range list {
-		if c.Hook == "" {
+	for i := range list {
+		if list[i].Hook == "" {
 			return nil
 		}
+		list[i].Command = command
 	}
 	return list
 }

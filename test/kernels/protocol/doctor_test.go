@@ -6,11 +6,17 @@ import (
 )
 
 // A doctor report with fields the matrix does not know ("extra") and
-// per-hook choices under a name it was never told ("hooks").
+// per-hook choices under a name it was never told ("choices"); doctorGrouped
+// has them grouped by command, as `stacktop doctor` prints them.
 const doctorJSON = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},
  "probes":[{"name":"tp_btf","ok":true},{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"fexit","ok":false,"reason":"load: EPERM"}],
- "hooks":[{"hook":"ip-start","backend":"tracepoint"},
+ "choices":[{"hook":"ip-start","backend":"tracepoint"},
           {"hook":"tcp-start","backend":"tracepoint","refused":[{"backend":"fentry","reason":"load: EPERM"}]}]}`
+
+const doctorGrouped = `{"kernel":"5.10.0-32-cloud-amd64","probes":[],
+ "hooks":{"top/stream":null,
+          "latency":[{"hook":"ip-start","backend":"fentry"},
+                     {"hook":"udp-read","backend":"","refused":[{"backend":"fentry","reason":"ENOENT"}]}]}}`
 
 func TestParseDoctorToleratesNewFields(t *testing.T) {
 	d, err := ParseDoctor(json.RawMessage(doctorJSON))
@@ -22,6 +28,14 @@ func TestParseDoctorToleratesNewFields(t *testing.T) {
 	}
 	if len(d.Choices) != 2 || d.Choices[1].Hook != "tcp-start" || d.Choices[1].Refused[0].Backend != "fentry" {
 		t.Fatalf("choices %+v", d.Choices)
+	}
+	g, err := ParseDoctor(json.RawMessage(doctorGrouped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Choices) != 2 || g.Choices[0].Name() != "latency ip-start" || g.Choices[1].Backend != "" ||
+		g.Choices[1].Refused[0].Reason != "ENOENT" {
+		t.Fatalf("grouped choices %+v", g.Choices)
 	}
 	if _, err := ParseDoctor(json.RawMessage(`not json`)); err == nil {
 		t.Error("garbage accepted")
