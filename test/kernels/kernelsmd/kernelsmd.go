@@ -150,6 +150,7 @@ func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	fmt.Fprintln(w)
 	hooks := union(docs, func(d protocol.Doctor) []protocol.Choice { return d.Choices },
 		func(c protocol.Choice) string { return c.Name() })
+	hooks = append(hooks, union(docs, func(d protocol.Doctor) []string { return d.Unprobed }, unprobedRow)...)
 	if len(hooks) == 0 {
 		fmt.Fprintln(w, "This build's doctor reports no per-hook choices yet.")
 		fmt.Fprintln(w)
@@ -158,7 +159,15 @@ func writeHooks(w io.Writer, cols []Column, docs []protocol.Doctor) {
 	table(w, "hook", cols, hooks, func(i int, hook string, n *notes) string { return hookCell(docs[i], hook, n) })
 }
 
+// unprobedRow names the row of a command doctor got no hook choices for.
+func unprobedRow(command string) string { return command + " (all hooks)" }
+
 func hookCell(d protocol.Doctor, hook string, n *notes) string {
+	for _, cmd := range d.Unprobed {
+		if unprobedRow(cmd) == hook {
+			return "unknown " + n.ref("doctor reported no hook choices: the command failed before attaching (its suite shows why)")
+		}
+	}
 	for _, c := range d.Choices {
 		if c.Name() != hook {
 			continue

@@ -15,7 +15,7 @@ const doctor61 = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},
  "hooks":[{"hook":"ip-start","backend":"fentry"},
           {"hook":"tcp-start","backend":"fentry","refused":[{"backend":"tracepoint","reason":"load: invalid argument"}]}]}`
 
-const doctorHost = `{"kernel":"6.18.0","probes":[{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"netfilter_link","ok":true},{"name":"iter_tcp","ok":false,"reason":"attach: EPERM"}]}`
+const doctorHost = `{"kernel":"6.18.0","hooks":{"top/stream":null},"probes":[{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"netfilter_link","ok":true},{"name":"iter_tcp","ok":false,"reason":"attach: EPERM"}]}`
 
 func TestWriteTables(t *testing.T) {
 	res := &protocol.Result{
@@ -46,6 +46,8 @@ func TestWriteTables(t *testing.T) {
 		"- [2] load: invalid argument",
 		"| ip-start | fentry | — |",
 		"| tcp-start | fentry (tracepoint refused [1]) | — |",
+		"| top/stream (all hooks) | — | unknown [2] |",
+		"- [2] doctor reported no hook choices: the command failed before attaching (its suite shows why)",
 		"| 6.1 | tracepoint | all | — | — | — | unsupported [1] |",
 		"- [1] tp_btf: EPERM",
 		"| 6.1 | fentry | all | — | — | — | same as auto [2] |",
@@ -61,7 +63,7 @@ func TestWriteTables(t *testing.T) {
 
 func TestWriteWithoutHookChoices(t *testing.T) {
 	var b strings.Builder
-	if err := Write(&b, "cmd", []Column{{Name: "host", Doctor: json.RawMessage(doctorHost)}}); err != nil {
+	if err := Write(&b, "cmd", []Column{{Name: "host", Doctor: json.RawMessage(`{"kernel":"6.18.0","probes":[]}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "reports no per-hook choices yet") {

@@ -46,6 +46,9 @@ type Doctor struct {
 	Kernel  string
 	Probes  []Probe
 	Choices []Choice
+	// Unprobed lists commands doctor reported no hook choices for (null:
+	// they failed before attaching anything), so the choices are incomplete.
+	Unprobed []string
 }
 
 // ParseDoctor reads doctor's JSON report.
@@ -71,20 +74,35 @@ func ParseDoctor(raw json.RawMessage) (Doctor, error) {
 			}
 		default:
 			d.Choices = append(d.Choices, choices("", v)...)
-			var byCommand map[string]json.RawMessage
-			if json.Unmarshal(v, &byCommand) == nil {
-				cmds := make([]string, 0, len(byCommand))
-				for c := range byCommand {
-					cmds = append(cmds, c)
-				}
-				sort.Strings(cmds)
-				for _, c := range cmds {
-					d.Choices = append(d.Choices, choices(c, byCommand[c])...)
-				}
-			}
+			d.addCommands(v)
 		}
 	}
 	return d, nil
+}
+
+// addCommands takes v as hook choices grouped by command when it is an
+// object whose every value is a list of choices or null (a command that
+// failed before it attached anything).
+func (d *Doctor) addCommands(v json.RawMessage) {
+	var byCommand map[string]json.RawMessage
+	if json.Unmarshal(v, &byCommand) != nil {
+		return
+	}
+	cmds := make([]string, 0, len(byCommand))
+	for c, list := range byCommand {
+		if choices(c, list) == nil && string(list) != "null" {
+			return
+		}
+		cmds = append(cmds, c)
+	}
+	sort.Strings(cmds)
+	for _, c := range cmds {
+		list := choices(c, byCommand[c])
+		if list == nil {
+			d.Unprobed = append(d.Unprobed, c)
+		}
+		d.Choices = append(d.Choices, list...)
+	}
 }
 
 // choices returns v as the hook choices of command if it is a list of
@@ -130,10 +148,10 @@ func (d Doctor) Unsupported(backend string) string {
 	return strings.Join(reasons, "; ")
 }
 
-// SameAsAuto reports whether auto chose backend for every hook, so that
-// forcing it would repeat the auto run exactly.
+// SameAsAuto reports whether auto chose backend for every hook of every
+// command, so that forcing it would repeat the auto run exactly.
 func (d Doctor) SameAsAuto(backend string) bool {
-	if backend == "auto" || len(d.Choices) == 0 {
+	if backend == "auto" || len(d.Choices) == 0 || len(d.Unprobed) > 0 {
 		return false
 	}
 	for _, c := range d.Choices {

@@ -37,6 +37,13 @@ func TestParseDoctorToleratesNewFields(t *testing.T) {
 		g.Choices[1].Refused[0].Reason != "ENOENT" {
 		t.Fatalf("grouped choices %+v", g.Choices)
 	}
+	if len(g.Unprobed) != 1 || g.Unprobed[0] != "top/stream" {
+		t.Fatalf("unprobed %q", g.Unprobed)
+	}
+	g.Choices[1].Backend = "fentry"
+	if g.SameAsAuto("fentry") {
+		t.Error("SameAsAuto with a command whose hooks doctor could not probe")
+	}
 	if _, err := ParseDoctor(json.RawMessage(`not json`)); err == nil {
 		t.Error("garbage accepted")
 	}
