@@ -61,9 +61,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.cacheDir, "cache", cache, "where downloaded and unpacked kernels are kept between runs ($STACKTOP_KERNEL_CACHE)")
 	fs.StringVar(&cfg.mirror, "mirror", "", "Debian archive URI; default: the one in /etc/apt/sources.list*")
 	fs.StringVar(&backends, "backends", "auto,fentry,tracepoint", "backends every suite runs with ($"+testenv.BackendEnv+" in the guest)")
-	// veth for netns peers, tun for TAP devices (fresh RX timestamps),
-	// tbf and netem qdiscs for tests that add queueing delay.
-	fs.StringVar(&modules, "modules", "veth,tun,sch_tbf,sch_netem", "kernel modules to load in the guest (dependencies follow)")
+	// The guest cannot autoload modules (no modprobe, no modules.alias), so
+	// everything a suite may need is loaded up front: veth for netns peers,
+	// tun for TAP devices (fresh RX timestamps), tbf and netem qdiscs for
+	// queueing delay, tcp_diag and udp_diag for sock_diag socket dumps.
+	fs.StringVar(&modules, "modules", "veth,tun,sch_tbf,sch_netem,tcp_diag,udp_diag",
+		"kernel modules to load in the guest (dependencies follow)")
 	fs.StringVar(&packages, "packages", "", "comma-separated packages to test; default every package whose tests use internal/testenv")
 	fs.StringVar(&cfg.run, "run", "", "only tests matching this regexp (go test -run)")
 	fs.IntVar(&cfg.parallel, "parallel", 2, "guests booted at once")

@@ -36,7 +36,7 @@ func TestParseFlags(t *testing.T) {
 	if len(cfg.kernels) != 2 || cfg.kernels[0].Name != "6.1" || cfg.kernels[1].Name != "6.12" {
 		t.Errorf("kernels %+v", cfg.kernels)
 	}
-	if !reflect.DeepEqual(cfg.backends, []string{"fentry"}) || !reflect.DeepEqual(cfg.modules, []string{"veth", "tun", "sch_tbf", "sch_netem"}) {
+	if !reflect.DeepEqual(cfg.backends, []string{"fentry"}) || !reflect.DeepEqual(cfg.modules, []string{"veth", "tun", "sch_tbf", "sch_netem", "tcp_diag", "udp_diag"}) {
 		t.Errorf("backends %v modules %v", cfg.backends, cfg.modules)
 	}
 	if cfg, err := parseFlags(nil); err != nil || len(cfg.kernels) != 4 || len(cfg.backends) != 3 {
