@@ -4,11 +4,13 @@
  *
  * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
  * lifecycle comes from tp_btf/inet_sock_set_state; bytes are the return
- * values of sock_sendmsg/sock_recvmsg (tp_btf/sock_send_length and
- * sock_recv_length), i.e. bytes that actually moved; segments, smoothed RTT
- * and retransmits are copied from the kernel's own tcp_sock counters at every
- * event of the socket. When a socket reaches TCP_CLOSE its final entry goes
- * to the ring buffer and the entry is deleted.
+ * values of the send and receive calls, i.e. bytes that actually moved: of
+ * sock_sendmsg/sock_recvmsg (tp_btf/sock_send_length and sock_recv_length,
+ * the tracepoint backend) or of tcp_sendmsg/tcp_recvmsg and their UDP
+ * counterparts (fexit, the fentry backend), both recorded by socket_io().
+ * Segments, smoothed RTT and retransmits are copied from the kernel's own
+ * tcp_sock counters at every event of the socket. When a socket reaches
+ * TCP_CLOSE its final entry goes to the ring buffer and the entry is deleted.
  *
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
  * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
@@ -151,6 +153,38 @@ static __always_inline void count_drop(u32 which)
 		*v += 1;
 }
 
+/* Tracing programs may call bpf_get_socket_cookie since 5.12; user space
+ * clears this on older kernels, where a socket's cookie is read from the
+ * socket instead and is 0 until something (sock_diag, a cgroup_skb program)
+ * asks for it. */
+const volatile bool tracing_cookie = true;
+
+/* socket_cookie returns the socket's cookie, or 0 where the kernel cannot
+ * give one to a tracing program and none was made yet. */
+static __always_inline u64 socket_cookie(struct sock *sk)
+{
+	if (tracing_cookie)
+		return bpf_get_socket_cookie(sk);
+	return BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+}
+
+/* tcp_key is the socket's key in `conns`: its cookie or, on kernels where
+ * a tracing program cannot make one, its address until it has one. A
+ * socket keeps the key it was first tracked under, so its entry never
+ * moves; sockets that existed before start-up got their cookies from the
+ * sock_diag listing, so their entries match that listing. Addresses are
+ * kernel pointers, far above any cookie. */
+static __always_inline u64 tcp_key(struct sock *sk)
+{
+	if (tracing_cookie)
+		return bpf_get_socket_cookie(sk);
+	u64 addr = (u64)sk;
+	u64 cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	if (!cookie || bpf_map_lookup_elem(&conns, &addr))
+		return addr;
+	return cookie;
+}
+
 static __always_inline u32 sock_netns(const struct sock *sk)
 {
 	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
@@ -223,7 +257,7 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
 	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
 		return 0;
-	u64 cookie = bpf_get_socket_cookie(sk);
+	u64 cookie = tcp_key(sk);
 	/* These transitions start a socket's life, the first two in the
 	 * process calling connect() or listen(). A child socket is cloned from
 	 * its listener straight into SYN_RECV, in softirq. */
@@ -258,14 +292,19 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
+/* socket_io records a send or receive call that returned ret on socket sk,
+ * in the calling process. */
 static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
 {
 	/* A failed or peeking call moved no bytes, but it still tells whose
 	 * socket this is (an accepted socket's first read is often EAGAIN). */
 	if (ret < 0 || (in && (flags & MSG_PEEK)))
 		ret = 0;
-	u64 cookie = bpf_get_socket_cookie(sk);
 	if (is_inet(sk, SOCK_DGRAM, IPPROTO_UDP)) {
+		/* Without a cookie no datagram of it was seen yet either. */
+		u64 cookie = socket_cookie(sk);
+		if (!cookie)
+			return;
 		struct owner *known = bpf_map_lookup_elem(&owners, &cookie);
 		if (known && known->pid == bpf_get_current_pid_tgid() >> 32)
 			return; /* the common case: spare a hash update per datagram */
@@ -278,7 +317,7 @@ static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool 
 		return;
 	/* A closed socket has reported its totals already: do not revive it. */
 	bool alive = BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_CLOSE;
-	struct conn *c = tcp_entry(sk, cookie, alive, CONN_PARTIAL);
+	struct conn *c = tcp_entry(sk, tcp_key(sk), alive, CONN_PARTIAL);
 	if (!c)
 		return;
 	if (ret && in)
@@ -299,6 +338,34 @@ int BPF_PROG(conns_send, struct sock *sk, int ret, int flags)
 
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(conns_recv, struct sock *sk, int ret, int flags)
+{
+	socket_io(sk, ret, flags, true);
+	return 0;
+}
+
+/*
+ * The fentry backend: user space loads each program once per function, for
+ * tcp_sendmsg, udp_sendmsg and udpv6_sendmsg, and tcp_recvmsg, udp_recvmsg
+ * and udpv6_recvmsg. The receive functions lost their nonblock parameter in
+ * 5.19; user space picks the variant that matches the kernel's BTF.
+ */
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(conns_fexit_send, struct sock *sk, void *msg, u64 len, int ret)
+{
+	socket_io(sk, ret, 0, false);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int BPF_PROG(conns_fexit_recv, struct sock *sk, void *msg, u64 len, int flags, int *addr_len, int ret)
+{
+	socket_io(sk, ret, flags, true);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int BPF_PROG(conns_fexit_recv_nonblock, struct sock *sk, void *msg, u64 len, int nonblock, int flags,
+	     int *addr_len, int ret)
 {
 	socket_io(sk, ret, flags, true);
 	return 0;

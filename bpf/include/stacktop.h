@@ -58,6 +58,10 @@ typedef struct {
 	struct net *net;
 } possible_net_t;
 
+typedef struct {
+	s64 counter;
+} atomic64_t;
+
 struct net_device {
 	int ifindex;
 	char name[16];
@@ -90,7 +94,7 @@ struct sock_common {
 	possible_net_t skc_net;
 	struct in6_addr skc_v6_daddr;
 	struct in6_addr skc_v6_rcv_saddr;
-	u64 skc_cookie;
+	atomic64_t skc_cookie; /* 0 until sock_gen_cookie() first runs */
 };
 
 struct sk_buff;

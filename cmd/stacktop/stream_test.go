@@ -20,8 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
+
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -77,6 +80,41 @@ func TestStreamWithoutPrivilegesExit77(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != clierr.ExitPrivileges || stderr.String() != want {
 			t.Errorf("%v as nobody: %v, stderr %q; want exit 77 and %q", args, err, stderr.String(), want)
 		}
+	}
+}
+
+// TestStreamForcedBackend: --backend fentry or tracepoint either runs
+// (where the kernel has what that backend needs) or exits 1 naming the hook
+// and the kernel's refusal. Whether the kernel can is decided from facts
+// the tracker does not use: the fexit probe, and the BTF of the
+// sock_send_length tracepoint.
+func TestStreamForcedBackend(t *testing.T) {
+	testenv.RequireRoot(t)
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tpErr := kernel.AnyTypeByName("btf_trace_sock_send_length")
+	for backend, can := range map[features.Backend]bool{
+		features.FentryBE:   features.Detect().Lookup(features.Fexit).OK,
+		features.Tracepoint: tpErr == nil,
+	} {
+		t.Run(string(backend), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"stacktop", "stream", "--backend", string(backend),
+				"--count", "1", "--interval", "100ms", "--port", "1"}, &stdout, &stderr)
+			t.Logf("kernel can run %s: %v; exit %d, stderr: %s", backend, can, code, stderr.String())
+			if can {
+				if code != 0 {
+					t.Errorf("exit %d, want 0", code)
+				}
+				return
+			}
+			want := "error: connection tracking: hook sock-send: no backend could attach (" + string(backend) + ": "
+			if code != 1 || !strings.HasPrefix(stderr.String(), want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 and a message starting %q", code, stderr.String(), want)
+			}
+		})
 	}
 }
 
@@ -154,6 +192,7 @@ func streamRun(t *testing.T, tr *traffic, args ...string) string {
 		<-out.started
 		tr.exchange(t)
 	}()
+	args = append(args, "--backend", string(testenv.Backend(t)))
 	if code := run(context.Background(), append([]string{"stacktop"}, args...), out, &stderr); code != 0 {
 		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
 	}

@@ -73,17 +73,21 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	connsMapClosed           = "closed"
-	connsMapConns            = "conns"
-	connsMapDrops            = "drops"
-	connsMapFlows            = "flows"
-	connsMapListeners        = "listeners"
-	connsMapOwners           = "owners"
-	connsProgConnsRecv       = "conns_recv"
-	connsProgConnsSend       = "conns_send"
-	connsProgConnsTcpState   = "conns_tcp_state"
-	connsProgConnsUdpEgress  = "conns_udp_egress"
-	connsProgConnsUdpIngress = "conns_udp_ingress"
+	connsMapClosed                  = "closed"
+	connsMapConns                   = "conns"
+	connsMapDrops                   = "drops"
+	connsMapFlows                   = "flows"
+	connsMapListeners               = "listeners"
+	connsMapOwners                  = "owners"
+	connsProgConnsFexitRecv         = "conns_fexit_recv"
+	connsProgConnsFexitRecvNonblock = "conns_fexit_recv_nonblock"
+	connsProgConnsFexitSend         = "conns_fexit_send"
+	connsProgConnsRecv              = "conns_recv"
+	connsProgConnsSend              = "conns_send"
+	connsProgConnsTcpState          = "conns_tcp_state"
+	connsProgConnsUdpEgress         = "conns_udp_egress"
+	connsProgConnsUdpIngress        = "conns_udp_ingress"
+	connsVarTracingCookie           = "tracing_cookie"
 )
 
 // loadConns returns the embedded CollectionSpec for conns.
@@ -128,11 +132,14 @@ type connsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
-	ConnsRecv       *ebpf.ProgramSpec `ebpf:"conns_recv"`
-	ConnsSend       *ebpf.ProgramSpec `ebpf:"conns_send"`
-	ConnsTcpState   *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
-	ConnsUdpEgress  *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
+	ConnsFexitRecv         *ebpf.ProgramSpec `ebpf:"conns_fexit_recv"`
+	ConnsFexitRecvNonblock *ebpf.ProgramSpec `ebpf:"conns_fexit_recv_nonblock"`
+	ConnsFexitSend         *ebpf.ProgramSpec `ebpf:"conns_fexit_send"`
+	ConnsRecv              *ebpf.ProgramSpec `ebpf:"conns_recv"`
+	ConnsSend              *ebpf.ProgramSpec `ebpf:"conns_send"`
+	ConnsTcpState          *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
+	ConnsUdpEgress         *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress        *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
 }
 
 // connsMapSpecs contains maps before they are loaded into the kernel.
@@ -151,6 +158,7 @@ type connsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsVariableSpecs struct {
+	TracingCookie *ebpf.VariableSpec `ebpf:"tracing_cookie"`
 }
 
 // connsObjects contains all objects after they have been loaded into the kernel.
@@ -196,21 +204,28 @@ func (m *connsMaps) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsVariables struct {
+	TracingCookie *ebpf.Variable `ebpf:"tracing_cookie"`
 }
 
 // connsPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
-	ConnsRecv       *ebpf.Program `ebpf:"conns_recv"`
-	ConnsSend       *ebpf.Program `ebpf:"conns_send"`
-	ConnsTcpState   *ebpf.Program `ebpf:"conns_tcp_state"`
-	ConnsUdpEgress  *ebpf.Program `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress *ebpf.Program `ebpf:"conns_udp_ingress"`
+	ConnsFexitRecv         *ebpf.Program `ebpf:"conns_fexit_recv"`
+	ConnsFexitRecvNonblock *ebpf.Program `ebpf:"conns_fexit_recv_nonblock"`
+	ConnsFexitSend         *ebpf.Program `ebpf:"conns_fexit_send"`
+	ConnsRecv              *ebpf.Program `ebpf:"conns_recv"`
+	ConnsSend              *ebpf.Program `ebpf:"conns_send"`
+	ConnsTcpState          *ebpf.Program `ebpf:"conns_tcp_state"`
+	ConnsUdpEgress         *ebpf.Program `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress        *ebpf.Program `ebpf:"conns_udp_ingress"`
 }
 
 func (p *connsPrograms) Close() error {
 	return _ConnsClose(
+		p.ConnsFexitRecv,
+		p.ConnsFexitRecvNonblock,
+		p.ConnsFexitSend,
 		p.ConnsRecv,
 		p.ConnsSend,
 		p.ConnsTcpState,

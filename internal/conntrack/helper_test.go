@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -196,11 +197,17 @@ func udpServer(t *testing.T, p *testenv.Peer, reply int) uint16 {
 func openTracker(t *testing.T, cfg Config) *Tracker {
 	t.Helper()
 	testenv.RequireRoot(t)
+	cfg.Backend = testenv.Backend(t)
 	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { tr.Close() })
+	for i, c := range tr.Choices() {
+		if !hooks[i].shared && cfg.Backend != features.Auto && c.Backend != cfg.Backend {
+			t.Fatalf("hook %s runs on %s, but %s was forced", c.Hook, c.Backend, cfg.Backend)
+		}
+	}
 	return tr
 }
 

@@ -1,9 +1,13 @@
 package conntrack
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -11,42 +15,101 @@ import (
 )
 
 // hook is one attachment point the tracker needs, with the ways to
-// implement it in preference order. A backend added later (fexit on
-// tcp_sendmsg/tcp_recvmsg/udp_*) is one more candidate in this table and
-// one more program in bpf/conns.bpf.c writing the same maps.
+// implement it in preference order. A shared hook has one implementation
+// that every backend uses (tp_btf/inet_sock_set_state and cgroup_skb exist
+// wherever either backend works), so --backend does not apply to it.
 type hook struct {
 	name       string
+	shared     bool
 	candidates []candidate
 }
 
+// candidate is one way to implement a hook: attach loads its program(s)
+// against the tracker's maps and attaches them, or leaves nothing behind.
 type candidate struct {
 	backend features.Backend
-	program string // program name in bpf/conns.bpf.c
-	attach  func(*ebpf.Program) (link.Link, error)
+	attach  func(*Tracker) error
 }
 
 var hooks = []hook{
-	{"tcp-state", []candidate{{features.Tracepoint, "conns_tcp_state", attachTracing}}},
-	{"sock-send", []candidate{{features.Tracepoint, "conns_send", attachTracing}}},
-	{"sock-recv", []candidate{{features.Tracepoint, "conns_recv", attachTracing}}},
-	{"udp-ingress", []candidate{{features.Tracepoint, "conns_udp_ingress", attachCgroup(ebpf.AttachCGroupInetIngress)}}},
-	{"udp-egress", []candidate{{features.Tracepoint, "conns_udp_egress", attachCgroup(ebpf.AttachCGroupInetEgress)}}},
+	{"tcp-state", true, []candidate{tracing("conns_tcp_state")}},
+	{"sock-send", false, []candidate{
+		fexit(map[int]string{3: "conns_fexit_send"}, "tcp_sendmsg", "udp_sendmsg", "udpv6_sendmsg"),
+		tracing("conns_send"),
+	}},
+	{"sock-recv", false, []candidate{
+		fexit(map[int]string{5: "conns_fexit_recv", 6: "conns_fexit_recv_nonblock"}, "tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg"),
+		tracing("conns_recv"),
+	}},
+	{"udp-ingress", true, []candidate{cgroupSKB("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", true, []candidate{cgroupSKB("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
 }
 
-func attachTracing(p *ebpf.Program) (link.Link, error) {
-	return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+// tracing is a tp_btf program of the tracepoint backend.
+func tracing(program string) candidate {
+	return candidate{features.Tracepoint, func(t *Tracker) error {
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+		})
+	}}
 }
 
-// attachCgroup attaches to the root of the cgroup v2 hierarchy, which every
+// cgroupSKB attaches to the root of the cgroup v2 hierarchy, which every
 // socket on the host belongs to (directly or below).
-func attachCgroup(at ebpf.AttachType) func(*ebpf.Program) (link.Link, error) {
-	return func(p *ebpf.Program) (link.Link, error) {
-		root, err := cgroup.Root()
-		if err != nil {
-			return nil, err
+func cgroupSKB(program string, at ebpf.AttachType) candidate {
+	return candidate{features.Tracepoint, func(t *Tracker) error {
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+			root, err := cgroup.Root()
+			if err != nil {
+				return nil, err
+			}
+			return link.AttachCgroup(link.CgroupOptions{Path: root, Attach: at, Program: p})
+		})
+	}}
+}
+
+// fexit is the fentry backend's candidate: one copy of a program per kernel
+// function, all or none. variants names the program for each parameter
+// count the function has had (tcp_recvmsg lost one in 5.19): reading the
+// return value from the wrong position would count garbage, so the variant
+// is chosen from the kernel's BTF, not by trying.
+func fexit(variants map[int]string, funcs ...string) candidate {
+	return candidate{features.FentryBE, func(t *Tracker) error {
+		for _, fn := range funcs {
+			params, err := paramCount(fn)
+			if err != nil {
+				return err
+			}
+			program, ok := variants[params]
+			if !ok {
+				return fmt.Errorf("%s has %d parameters here, a signature no program of ours reads", fn, params)
+			}
+			err = t.attach(program, fn, func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceFExit})
+			})
+			if err != nil {
+				return err
+			}
 		}
-		return link.AttachCgroup(link.CgroupOptions{Path: root, Attach: at, Program: p})
+		return nil
+	}}
+}
+
+// paramCount is the number of parameters of a kernel function.
+func paramCount(fn string) (int, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return 0, fmt.Errorf("kernel BTF: %w", err)
 	}
+	var f *btf.Func
+	if err := spec.TypeByName(fn, &f); err != nil {
+		return 0, fmt.Errorf("%s in kernel BTF: %w", fn, err)
+	}
+	proto, ok := f.Type.(*btf.FuncProto)
+	if !ok {
+		return 0, fmt.Errorf("%s in kernel BTF has no prototype", fn)
+	}
+	return len(proto.Params), nil
 }
 
 // attachHooks picks a backend for every hook and keeps what it attached. It
@@ -57,9 +120,13 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 	for _, h := range hooks {
 		cands := make([]features.Candidate, len(h.candidates))
 		for i, c := range h.candidates {
-			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attach(c) }}
+			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attachAll(c) }}
 		}
-		choice, err := features.Choose(h.name, forced, cands...)
+		backend := forced
+		if h.shared {
+			backend = features.Auto
+		}
+		choice, err := features.Choose(h.name, backend, cands...)
 		t.choices = append(t.choices, choice)
 		if err != nil {
 			failed = append(failed, err)
@@ -76,27 +143,70 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 		failed[0], more)
 }
 
-// attach loads one program against the tracker's shared maps and attaches
-// it, leaving nothing behind on failure.
-func (t *Tracker) attach(c candidate) error {
+// attachAll runs a candidate and, when it fails part way, detaches what it
+// attached, so that a refused candidate leaves nothing behind.
+func (t *Tracker) attachAll(c candidate) error {
+	progs, links := len(t.progs), len(t.links)
+	err := c.attach(t)
+	if err == nil {
+		return nil
+	}
+	for _, l := range t.links[links:] {
+		err = errors.Join(err, l.Close())
+	}
+	for _, p := range t.progs[progs:] {
+		err = errors.Join(err, p.Close())
+	}
+	t.progs, t.links = t.progs[:progs], t.links[:links]
+	return err
+}
+
+// attach loads one program against the tracker's shared maps (for the
+// kernel function attachTo, when not empty) and attaches it.
+func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (link.Link, error)) error {
 	spec := t.spec.Copy()
-	for name := range spec.Programs {
-		if name != c.program {
+	for name, p := range spec.Programs {
+		if name != program {
 			delete(spec.Programs, name)
+		} else if attachTo != "" {
+			p.AttachTo = attachTo
 		}
+	}
+	what := program
+	if attachTo != "" {
+		what += " on " + attachTo
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: t.maps})
 	if err != nil {
-		return fmt.Errorf("load %s: %w", c.program, err)
+		return fmt.Errorf("load %s: %w", what, err)
 	}
-	prog := coll.DetachProgram(c.program)
+	prog := coll.DetachProgram(program)
 	coll.Close()
-	l, err := c.attach(prog)
+	l, err := attach(prog)
 	if err != nil {
 		prog.Close()
-		return fmt.Errorf("attach %s: %w", c.program, err)
+		return fmt.Errorf("attach %s: %w", what, err)
 	}
 	t.progs = append(t.progs, prog)
 	t.links = append(t.links, l)
 	return nil
 }
+
+// tracingCookie reports whether tracing programs may call
+// bpf_get_socket_cookie (5.12+), by loading the smallest one that does.
+var tracingCookie = sync.OnceValue(func() bool {
+	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: "inet_sock_set_state", License: "GPL",
+		Instructions: asm.Instructions{
+			asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord), // the struct sock * argument
+			asm.FnGetSocketCookie.Call(),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	}, ebpf.ProgramOptions{LogDisabled: true})
+	if err != nil {
+		return false
+	}
+	prog.Close()
+	return true
+})

@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -102,9 +103,16 @@ func Probe(backend features.Backend) ([]features.Choice, error) {
 
 // loadMaps creates the maps every program of the object shares.
 func (t *Tracker) loadMaps() error {
+	// Before 5.11 BPF memory is charged to RLIMIT_MEMLOCK, often 64 KiB.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps: %w", err)
+	}
 	var err error
 	if t.spec, err = loadConns(); err != nil {
 		return err
+	}
+	if err := t.spec.Variables["tracing_cookie"].Set(tracingCookie()); err != nil {
+		return fmt.Errorf("tracing_cookie: %w", err)
 	}
 	if err := t.spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return fmt.Errorf("creating connection maps: %w", err)
