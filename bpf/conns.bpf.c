@@ -257,17 +257,22 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
 	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
 		return 0;
+	/* A child socket is cloned from its listener into SYN_RECV, in
+	 * softirq, still carrying the listener's cookie (reset only later on
+	 * 5.10 and 6.1): it is taken as born when it becomes ESTABLISHED,
+	 * moments later in the same softirq, with its own identity. */
+	if (newstate == TCP_SYN_RECV)
+		return 0;
+	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
+	/* connect() and listen() start a socket's life in its process. */
+	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
 	u64 cookie = tcp_key(sk);
-	/* These transitions start a socket's life, the first two in the
-	 * process calling connect() or listen(). A child socket is cloned from
-	 * its listener straight into SYN_RECV, in softirq. */
-	bool born = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_SYN_RECV;
-	if (born)
+	if (started)
 		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
-	struct conn *c = tcp_entry(sk, cookie, true, born ? 0 : CONN_PARTIAL);
+	struct conn *c = tcp_entry(sk, cookie, true, started || accepted ? 0 : CONN_PARTIAL);
 	if (!c)
 		return 0;
-	if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN)
+	if (started)
 		set_owner(&c->owner, sk);
 	refresh(c, sk);
 	if (newstate != TCP_CLOSE || !c->family)
@@ -276,10 +281,12 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
 	if (newstate == TCP_LISTEN)
 		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
-	if (newstate == TCP_SYN_RECV) {
-		/* Cloned from its listener: the port is the listener's. */
+	if (accepted) {
+		/* Its local port is its listener's. A fast-open child may have
+		 * been read already: it keeps what it has, but is whole. */
+		c->flags &= ~CONN_PARTIAL;
 		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
-		if (o)
+		if (o && !c->owner.pid)
 			c->owner = *o;
 	}
 	if (newstate != TCP_CLOSE)
