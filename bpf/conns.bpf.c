@@ -260,8 +260,10 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	/* A child socket is cloned from its listener into SYN_RECV, in
 	 * softirq, still carrying the listener's cookie (reset only later on
 	 * 5.10 and 6.1): it is taken as born when it becomes ESTABLISHED,
-	 * moments later in the same softirq, with its own identity. */
-	if (newstate == TCP_SYN_RECV)
+	 * moments later in the same softirq, with its own identity. One that
+	 * dies in SYN_RECV instead (it lost a race with a twin created for the
+	 * same handshake) was never a connection of its own. */
+	if (newstate == TCP_SYN_RECV || (oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE))
 		return 0;
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
 	/* connect() and listen() start a socket's life in its process. */
