@@ -356,7 +356,8 @@ int BPF_PROG(conns_recv, struct sock *sk, int ret, int flags)
  * The fentry backend: user space loads each program once per function, for
  * tcp_sendmsg, udp_sendmsg and udpv6_sendmsg, and tcp_recvmsg, udp_recvmsg
  * and udpv6_recvmsg. The receive functions lost their nonblock parameter in
- * 5.19; user space picks the variant that matches the kernel's BTF.
+ * 5.19 and their addr_len parameter in 6.16; user space picks the variant
+ * that matches the kernel's BTF.
  */
 SEC("fexit/tcp_sendmsg")
 int BPF_PROG(conns_fexit_send, struct sock *sk, void *msg, u64 len, int ret)
@@ -366,7 +367,14 @@ int BPF_PROG(conns_fexit_send, struct sock *sk, void *msg, u64 len, int ret)
 }
 
 SEC("fexit/tcp_recvmsg")
-int BPF_PROG(conns_fexit_recv, struct sock *sk, void *msg, u64 len, int flags, int *addr_len, int ret)
+int BPF_PROG(conns_fexit_recv, struct sock *sk, void *msg, u64 len, int flags, int ret)
+{
+	socket_io(sk, ret, flags, true);
+	return 0;
+}
+
+SEC("fexit/tcp_recvmsg")
+int BPF_PROG(conns_fexit_recv_addr_len, struct sock *sk, void *msg, u64 len, int flags, int *addr_len, int ret)
 {
 	socket_io(sk, ret, flags, true);
 	return 0;

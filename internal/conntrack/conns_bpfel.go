@@ -80,6 +80,7 @@ const (
 	connsMapListeners               = "listeners"
 	connsMapOwners                  = "owners"
 	connsProgConnsFexitRecv         = "conns_fexit_recv"
+	connsProgConnsFexitRecvAddrLen  = "conns_fexit_recv_addr_len"
 	connsProgConnsFexitRecvNonblock = "conns_fexit_recv_nonblock"
 	connsProgConnsFexitSend         = "conns_fexit_send"
 	connsProgConnsRecv              = "conns_recv"
@@ -133,6 +134,7 @@ type connsSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
 	ConnsFexitRecv         *ebpf.ProgramSpec `ebpf:"conns_fexit_recv"`
+	ConnsFexitRecvAddrLen  *ebpf.ProgramSpec `ebpf:"conns_fexit_recv_addr_len"`
 	ConnsFexitRecvNonblock *ebpf.ProgramSpec `ebpf:"conns_fexit_recv_nonblock"`
 	ConnsFexitSend         *ebpf.ProgramSpec `ebpf:"conns_fexit_send"`
 	ConnsRecv              *ebpf.ProgramSpec `ebpf:"conns_recv"`
@@ -212,6 +214,7 @@ type connsVariables struct {
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
 	ConnsFexitRecv         *ebpf.Program `ebpf:"conns_fexit_recv"`
+	ConnsFexitRecvAddrLen  *ebpf.Program `ebpf:"conns_fexit_recv_addr_len"`
 	ConnsFexitRecvNonblock *ebpf.Program `ebpf:"conns_fexit_recv_nonblock"`
 	ConnsFexitSend         *ebpf.Program `ebpf:"conns_fexit_send"`
 	ConnsRecv              *ebpf.Program `ebpf:"conns_recv"`
@@ -224,6 +227,7 @@ type connsPrograms struct {
 func (p *connsPrograms) Close() error {
 	return _ConnsClose(
 		p.ConnsFexitRecv,
+		p.ConnsFexitRecvAddrLen,
 		p.ConnsFexitRecvNonblock,
 		p.ConnsFexitSend,
 		p.ConnsRecv,

@@ -38,7 +38,8 @@ var hooks = []hook{
 		tracing("conns_send"),
 	}},
 	{"sock-recv", false, []candidate{
-		fexit(map[int]string{5: "conns_fexit_recv", 6: "conns_fexit_recv_nonblock"}, "tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg"),
+		fexit(map[int]string{4: "conns_fexit_recv", 5: "conns_fexit_recv_addr_len", 6: "conns_fexit_recv_nonblock"},
+			"tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg"),
 		tracing("conns_recv"),
 	}},
 	{"udp-ingress", true, []candidate{cgroupSKB("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
@@ -70,7 +71,8 @@ func cgroupSKB(program string, at ebpf.AttachType) candidate {
 
 // fexit is the fentry backend's candidate: one copy of a program per kernel
 // function, all or none. variants names the program for each parameter
-// count the function has had (tcp_recvmsg lost one in 5.19): reading the
+// count the function has had (tcp_recvmsg lost one in 5.19 and another in
+// 6.16): reading the
 // return value from the wrong position would count garbage, so the variant
 // is chosen from the kernel's BTF, not by trying.
 func fexit(variants map[int]string, funcs ...string) candidate {
