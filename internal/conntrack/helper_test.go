@@ -198,10 +198,12 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 	t.Helper()
 	testenv.RequireRoot(t)
 	cfg.Backend = testenv.Backend(t)
+	start := time.Now()
 	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	t.Logf("Open with backend %s took %v", cfg.Backend, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() { tr.Close() })
 	for i, c := range tr.Choices() {
 		if !hooks[i].shared && cfg.Backend != features.Auto && c.Backend != cfg.Backend {
