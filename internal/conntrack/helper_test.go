@@ -204,7 +204,17 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Logf("Open with backend %s took %v", cfg.Backend, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() { tr.Close() })
+	t.Cleanup(func() {
+		// A tracing program the kernel skips because it is already running
+		// on that CPU (preempted) misses an event: say so, it explains
+		// bytes that are missing.
+		for _, p := range tr.progs {
+			if s, err := p.Stats(); err == nil && s.RecursionMisses > 0 {
+				t.Logf("program %v missed %d runs", p, s.RecursionMisses)
+			}
+		}
+		tr.Close()
+	})
 	for i, c := range tr.Choices() {
 		if !hooks[i].shared && cfg.Backend != features.Auto && c.Backend != cfg.Backend {
 			t.Fatalf("hook %s runs on %s, but %s was forced", c.Hook, c.Backend, cfg.Backend)
