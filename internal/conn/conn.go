@@ -49,6 +49,6 @@ type Record struct {
 type Snapshot struct {
 	Time    time.Time
 	Records []Record
-	Lost    uint64 // ring-buffer events the kernel could not deliver, since start
+	Lost    uint64 // events the kernel could not deliver (ring buffer full, program run skipped), since start
 	MapFull uint64 // updates dropped because a BPF map was full, since start
 }

@@ -311,6 +311,11 @@ func readAll[K, V any](m *ebpf.Map) ([]K, []V, error) {
 	}
 }
 
+// drops reads the loss counters. Lost counts closed-connection events the
+// ring buffer had no room for, and runs of our programs the kernel skipped
+// because the same program was already running on that CPU (interrupted by
+// a softirq that hit the hook again; 5.12+ counts them): each is an event
+// whose bytes, owner or close the tracker never saw.
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	sum := func(idx uint32) (uint64, error) {
 		var perCPU []uint64
@@ -325,6 +330,13 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	if lost, err = sum(dropLost); err != nil {
 		return 0, 0, err
+	}
+	for _, p := range t.progs {
+		s, err := p.Stats()
+		if err != nil {
+			return 0, 0, fmt.Errorf("reading program statistics: %w", err)
+		}
+		lost += s.RecursionMisses
 	}
 	mapFull, err = sum(dropMapFull)
 	return lost, mapFull, err
