@@ -253,7 +253,7 @@ func poll(t *testing.T, tr *Tracker, done func(*history) bool) *history {
 			return h
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 10s; last snapshot:\n%s", dump(s.Records))
+			t.Fatalf("condition not met within 10s (lost %d, map full %d); last snapshot:\n%s", s.Lost, s.MapFull, dump(s.Records))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
