@@ -62,42 +62,62 @@ func (r *Report) Lookup(name string) Probe {
 	return Probe{Name: name, Reason: "not probed"}
 }
 
+// probes are every probe, in report order.
+var probes = []struct {
+	name string
+	run  func() error
+}{
+	{BTF, func() error { _, err := btf.LoadKernelSpec(); return err }},
+	{TPBTF, func() error { return probeTracing(ebpf.AttachTraceRawTp, "inet_sock_set_state") }},
+	{Fentry, func() error { return probeTracing(ebpf.AttachTraceFEntry, probeFunction) }},
+	{Fexit, func() error { return probeTracing(ebpf.AttachTraceFExit, probeFunction) }},
+	{RawTP, probeRawTracepoint},
+	{Netfilter, probeNetfilter},
+	{Kprobe, probeKprobe},
+	{IterTCP, probeIter},
+	{CgroupSKB, func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
+	{RingBuf, func() error { return features.HaveMapType(ebpf.RingBuf) }},
+	{SkStorage, func() error { return features.HaveMapType(ebpf.SkStorage) }},
+	{SkStorageBTF, probeSkStorageTracing},
+	{KtimeTAI, func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs) }},
+	{StatsEnabled, statsEnabled},
+}
+
 var (
-	once   sync.Once
-	cached *Report
+	once    sync.Once
+	cached  *Report
+	checked sync.Map // probe name -> Probe
 )
 
 // Detect runs every probe once per process and returns the shared report.
 func Detect() *Report {
-	once.Do(func() { cached = detect() })
+	once.Do(func() {
+		r := &Report{Kernel: KernelRelease()}
+		for _, p := range probes {
+			r.Probes = append(r.Probes, Check(p.name))
+		}
+		cached = r
+	})
 	return cached
 }
 
-func detect() *Report {
-	r := &Report{Kernel: KernelRelease()}
-	add := func(name string, err error) {
-		p := Probe{Name: name, OK: err == nil}
-		if err != nil {
-			p.Reason = explain(err)
-		}
-		r.Probes = append(r.Probes, p)
+// Check runs one probe, once per process: for callers that need one answer
+// without paying for every probe (slow on emulated machines).
+func Check(name string) Probe {
+	if p, ok := checked.Load(name); ok {
+		return p.(Probe)
 	}
-	_, err := btf.LoadKernelSpec()
-	add(BTF, err)
-	add(TPBTF, probeTracing(ebpf.AttachTraceRawTp, "inet_sock_set_state"))
-	add(Fentry, probeTracing(ebpf.AttachTraceFEntry, probeFunction))
-	add(Fexit, probeTracing(ebpf.AttachTraceFExit, probeFunction))
-	add(RawTP, probeRawTracepoint())
-	add(Netfilter, probeNetfilter())
-	add(Kprobe, probeKprobe())
-	add(IterTCP, probeIter())
-	add(CgroupSKB, features.HaveProgramType(ebpf.CGroupSKB))
-	add(RingBuf, features.HaveMapType(ebpf.RingBuf))
-	add(SkStorage, features.HaveMapType(ebpf.SkStorage))
-	add(SkStorageBTF, probeSkStorageTracing())
-	add(KtimeTAI, features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs))
-	add(StatsEnabled, statsEnabled())
-	return r
+	for _, probe := range probes {
+		if probe.name == name {
+			p := Probe{Name: name, OK: true}
+			if err := probe.run(); err != nil {
+				p.OK, p.Reason = false, explain(err)
+			}
+			checked.Store(name, p)
+			return p
+		}
+	}
+	return Probe{Name: name, Reason: "not probed"}
 }
 
 // returnZero is the smallest valid program body.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	cfeatures "github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
@@ -148,16 +149,15 @@ func open(cfg Config) (_ *Tracer, err error) {
 			return nil, err
 		}
 	}
-	kernel := features.Detect()
 	t := &Tracer{spec: spec, backend: cfg.Backend, scope: netnsScope{mode: cfg.Netns, own: own},
-		taiClock: kernel.Lookup(features.KtimeTAI).OK,
+		taiClock: features.Check(features.KtimeTAI).OK,
 		attached: map[string]attachment{}, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
-	if err := configure(spec, cfg, t.scope.bpfFilter(), t.taiClock, kernel.Lookup(features.SkStorageBTF).OK); err != nil {
+	if err := configure(spec, cfg, t.scope.bpfFilter(), t.taiClock, features.Check(features.SkStorageBTF).OK); err != nil {
 		return nil, err
 	}
 	if t.maps, t.noMaps, err = loadMaps(spec); err != nil {
@@ -252,6 +252,11 @@ func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, map[string]error
 	return coll.Maps, missing, nil
 }
 
+// kernelBTF is the kernel's BTF, decoded once per process: without a shared
+// cache every program load decodes (copies) all of vmlinux's types again,
+// which dominated start-up on emulated guests.
+var kernelBTF = btf.NewCache()
+
 // loadProgram loads one program against the shared maps, so a program the
 // kernel refuses (a backend it does not allow) does not take the others down.
 func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.Map, missing map[string]error) (*ebpf.Program, error) {
@@ -265,7 +270,7 @@ func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.M
 	for m := range missing {
 		delete(one.Maps, m)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps})
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps, Cache: kernelBTF})
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", name, err)
 	}
