@@ -206,7 +206,7 @@ func (t *Tracer) acquire(h Hook, progs []string) error {
 				t.attached[f].Close()
 				delete(t.attached, f)
 			}
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		t.attached[name] = a
 		fresh = append(fresh, name)
@@ -227,7 +227,7 @@ func (t *Tracer) attach(name string) (attachment, error) {
 	}
 	if err != nil {
 		prog.Close()
-		return nil, err
+		return nil, fmt.Errorf("program %s: %w", name, err)
 	}
 	return a, nil
 }
@@ -264,7 +264,7 @@ func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.M
 	one.Programs = map[string]*ebpf.ProgramSpec{name: spec.Programs[name]}
 	for _, ins := range one.Programs[name].Instructions {
 		if err, ok := missing[ins.Reference()]; ok {
-			return nil, fmt.Errorf("loading %s: map %s: %w", name, ins.Reference(), err)
+			return nil, fmt.Errorf("program %s: map %s: %w", name, ins.Reference(), err)
 		}
 	}
 	for m := range missing {
@@ -272,7 +272,7 @@ func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.M
 	}
 	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps, Cache: kernelBTF})
 	if err != nil {
-		return nil, fmt.Errorf("loading %s: %w", name, err)
+		return nil, err // names the program
 	}
 	defer coll.Close()
 	return coll.DetachProgram(name), nil
