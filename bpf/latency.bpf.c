@@ -802,7 +802,13 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 
 	if (!hook_on(HOOK_TCP_SOCK_READ, BACKEND_FENTRY))
 		return 0;
-	s.tstamp = BPF_CORE_READ(tss, ts[0].tv_sec) * 1000000000LL + BPF_CORE_READ(tss, ts[0].tv_nsec);
+	if (bpf_core_field_size(tss->ts) == 3 * sizeof(ktime_t)) {
+		struct scm_timestamping_internal___ktime *ns = (void *)tss;
+
+		s.tstamp = BPF_CORE_READ(ns, ts[0]);
+	} else {
+		s.tstamp = BPF_CORE_READ(tss, ts[0].tv_sec) * 1000000000LL + BPF_CORE_READ(tss, ts[0].tv_nsec);
+	}
 	s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)
 		s.skip = REASON_NO_STAMP;

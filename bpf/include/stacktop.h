@@ -236,6 +236,11 @@ struct scm_timestamping_internal {
 	struct timespec64 ts[3];
 };
 
+/* The same since 7.x: nanoseconds instead of timespec64. */
+struct scm_timestamping_internal___ktime {
+	ktime_t ts[3];
+};
+
 struct task_struct {
 	int pid;
 	int tgid;
