@@ -68,9 +68,9 @@ func counts(m hookHists) map[string]uint64 {
 }
 
 // TestSocketReadIncludesApplicationDelay has the receiver sleep 100 ms
-// before each read: the socket-read hooks must put those reads at or above
-// 2^26 ns (67 ms) while the enqueued hooks, for the same packets, stay below
-// 2^24 ns (16 ms).
+// before each read: the socket-read hooks must put those reads above 2^25
+// ns (33 ms) while the enqueued hooks, for the same packets, stay at or below
+// it.
 func TestSocketReadIncludesApplicationDelay(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-delay", 2)
 	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
@@ -88,10 +88,12 @@ func TestSocketReadIncludesApplicationDelay(t *testing.T) {
 			t.Errorf("%s: %d reads, %d of them below 2^26 ns; want >= %d, none below: %v", hook, h.Count(), below, n, h.Buckets)
 		}
 	}
+	// a bound well below the reads' 100 ms: an emulated guest under load
+	// may take milliseconds to enqueue (a FIN is enqueued too)
 	for _, hook := range []Hook{TCPSocketEnqueued, UDPSocketEnqueued} {
 		h := got.of(hook)
-		if above := sumBuckets(h, 24, hist.MaxSlot); h.Count() < n || above != 0 {
-			t.Errorf("%s: %d samples, %d of them above 2^24 ns; want >= %d, none above: %v", hook, h.Count(), above, n, h.Buckets)
+		if above := sumBuckets(h, 26, hist.MaxSlot); h.Count() < n || above != 0 {
+			t.Errorf("%s: %d samples, %d of them above 2^25 ns; want >= %d, none above: %v", hook, h.Count(), above, n, h.Buckets)
 		}
 	}
 }
@@ -330,7 +332,8 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 				}
 			}
 			if !maps.Equal(got, tc.want) {
-				t.Errorf("udp-socket-read per cgroup: %v, want %v", got, tc.want)
+				counters, _ := tr.Counters()
+				t.Errorf("udp-socket-read per cgroup: %v, want %v; counters %+v", got, tc.want, counters)
 			}
 		})
 	}
