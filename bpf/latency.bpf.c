@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * netstacklat on the tracepoint backend: how long received packets have been
- * inside the host network stack when they reach each layer, aggregated into
- * per-CPU log2 histograms (ebpf_exporter exp2 semantics) in the kernel.
+ * netstacklat: how long received packets have been inside the host network
+ * stack when they reach each layer, aggregated into per-CPU log2 histograms
+ * (ebpf_exporter exp2 semantics) in the kernel. Two backends implement the
+ * hooks: fentry/fexit programs at netstacklat's own attachment points, and
+ * netfilter + tp_btf programs for kernels that refuse fentry. Both feed the
+ * same recording code, so filters and grouping mean the same on either.
  *
  * latency = realtime now - skb->tstamp, where skb->tstamp is the RX software
  * timestamp (CLOCK_REALTIME) taken at netif_receive_skb/netif_rx while user
@@ -60,6 +63,10 @@ volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
 volatile const bool group_by_cgroup = false;
 volatile const bool include_hol_blocked = false;
+/* bpf_ktime_get_tai_ns exists (6.1+); else "now" is monotonic + offset. */
+volatile const bool tai_clock = true;
+/* Tracing programs may use sk_storage (5.11+); else a hash keyed by socket. */
+volatile const bool sk_storage_in_tracing = true;
 
 /*
  * Which backend records each hook (enum hook -> BACKEND_*), written by user
@@ -68,6 +75,7 @@ volatile const bool include_hol_blocked = false;
  * that chose their backend, so another backend may take the others.
  */
 #define BACKEND_TRACEPOINT 1
+#define BACKEND_FENTRY 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -99,10 +107,10 @@ struct {
 } counters SEC(".maps");
 
 /*
- * CLOCK_TAI - CLOCK_REALTIME in ns, from adjtimex, refreshed by user space so
- * a leap second or an NTP-set TAI offset does not skew every sample. A kernel
- * without bpf_ktime_get_tai_ns (< 6.1) would keep "realtime - monotonic" here
- * instead and add it to bpf_ktime_get_ns().
+ * With tai_clock: CLOCK_TAI - CLOCK_REALTIME in ns, from adjtimex. Without
+ * (no bpf_ktime_get_tai_ns before 6.1): CLOCK_REALTIME - CLOCK_MONOTONIC.
+ * Refreshed by user space so a leap second, an NTP-set TAI offset or a
+ * stepped clock does not skew every sample.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -168,6 +176,25 @@ struct {
 } tcp_states SEC(".maps");
 
 /*
+ * tcp_states for kernels whose tracing programs cannot use sk_storage: keyed
+ * by the socket's address and ports, so a socket reusing a freed one's memory
+ * starts afresh. Sized 1 by user space when sk_storage is usable.
+ */
+struct sock_key {
+	__u64 sk;
+	__u16 dport;
+	__u16 num;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sock_key);
+	__type(value, struct tcp_state);
+} tcp_states_by_sock SEC(".maps");
+
+/*
  * udp-socket-read has no tracepoint that sees the datagram being read, so each
  * UDP socket keeps a FIFO of the datagrams enqueued (seen at sk_data_ready) and
  * a read pops, up to the datagram now at the head of the socket's queues, the
@@ -190,11 +217,17 @@ struct {
 	__type(value, struct udp_fifo);
 } udp_fifos SEC(".maps");
 
+/* hook_on: this hook chose the backend of the calling program. */
+static __always_inline bool hook_on(__u32 hook, __u32 backend)
+{
+	__u32 *chosen = bpf_map_lookup_elem(&hook_backends, &hook);
+
+	return chosen && *chosen == backend;
+}
+
 static __always_inline bool hook_enabled(__u32 hook)
 {
-	__u32 *backend = bpf_map_lookup_elem(&hook_backends, &hook);
-
-	return backend && *backend == BACKEND_TRACEPOINT;
+	return hook_on(hook, BACKEND_TRACEPOINT);
 }
 
 static __always_inline void count(__u32 hook, __u32 reason)
@@ -210,8 +243,13 @@ static __always_inline __s64 realtime_now(void)
 {
 	__u32 key = 0;
 	__s64 *off = bpf_map_lookup_elem(&clock_offset, &key);
+	__s64 offset = off ? *off : 0;
 
-	return bpf_ktime_get_tai_ns() - (off ? *off : 0);
+	/* The verifier drops the branch not taken, so kernels without the
+	 * TAI helper never see the call. */
+	if (tai_clock)
+		return bpf_ktime_get_tai_ns() - offset;
+	return bpf_ktime_get_ns() + offset;
 }
 
 /* hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT. */
@@ -309,6 +347,12 @@ static __always_inline bool netns_allowed(__u32 inum)
 static __always_inline __u32 sk_netns(const struct sock *sk)
 {
 	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+}
+
+/* The namespace of the device an skb arrived on, for hooks without a socket. */
+static __always_inline __u32 skb_netns(struct sk_buff *skb)
+{
+	return BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
 }
 
 /* Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued. */
@@ -437,13 +481,30 @@ static __always_inline bool same_skb(const struct stamp *a, const struct stamp *
 	return a->skb == b->skb && a->tstamp == b->tstamp;
 }
 
+static __always_inline struct tcp_state *tcp_state_of(struct sock *sk)
+{
+	struct tcp_state *st, fresh = {};
+	struct sock_key key = {};
+
+	if (sk_storage_in_tracing)
+		return bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	key.sk = (__u64)sk;
+	key.dport = BPF_CORE_READ(sk, __sk_common.skc_dport);
+	key.num = BPF_CORE_READ(sk, __sk_common.skc_num);
+	st = bpf_map_lookup_elem(&tcp_states_by_sock, &key);
+	if (st)
+		return st;
+	bpf_map_update_elem(&tcp_states_by_sock, &key, &fresh, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&tcp_states_by_sock, &key);
+}
+
 static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 {
 	struct tcp_state *st;
 	struct stamp s;
 
 	read_stamp(tail, &s);
-	st = bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	st = tcp_state_of(sk);
 	if (!st)
 		return;
 	/* sk_data_ready also fires without new data (accept, urgent data,
@@ -584,7 +645,7 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 
 	if (ooo == 0)
 		return false;
-	st = bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	st = tcp_state_of(sk);
 	if (!st)
 		return true;
 	if (ooo != st->ooo_seen) {
@@ -602,6 +663,16 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 	return true;
 }
 
+/* A TCP read that returned data; s is the newest stamp it copied. */
+static __always_inline void record_tcp_read(struct sock *sk, const struct stamp *s)
+{
+	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
+		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
+		return;
+	}
+	record_read(HOOK_TCP_SOCK_READ, sk, s);
+}
+
 static __always_inline void tcp_read(struct sock *sk, int ret)
 {
 	struct pending_read *p;
@@ -612,13 +683,8 @@ static __always_inline void tcp_read(struct sock *sk, int ret)
 		return;
 	s = p->s;
 	p->sk = 0;
-	if (ret <= 0)
-		return;
-	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
-		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
-		return;
-	}
-	record_read(HOOK_TCP_SOCK_READ, sk, &s);
+	if (ret > 0)
+		record_tcp_read(sk, &s);
 }
 
 /* ---- udp-socket-read: pop the FIFO up to the datagram now at the head ---- */
@@ -680,5 +746,86 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 		tcp_read(sk, ret);
 	else if (proto == IPPROTO_UDP && hook_enabled(HOOK_UDP_SOCK_READ) && !(flags & MSG_PEEK))
 		udp_read(sk, ret);
+	return 0;
+}
+
+/* ---- fentry/fexit backend: netstacklat's attachment points ---- */
+
+/* ip-start, tcp-start, udp-start: the skb entering IP, TCP or UDP. */
+#define FENTRY_SKB(func, hook)                                                  \
+	SEC("fentry/" #func)                                                    \
+	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
+	{                                                                       \
+		if (hook_on(hook, BACKEND_FENTRY))                              \
+			record_skb(hook, skb, skb_netns(skb));                  \
+		return 0;                                                       \
+	}
+
+FENTRY_SKB(ip_rcv_core, HOOK_IP_START)
+FENTRY_SKB(ip6_rcv_core, HOOK_IP_START)
+FENTRY_SKB(tcp_v4_rcv, HOOK_TCP_START)
+FENTRY_SKB(tcp_v6_rcv, HOOK_TCP_START)
+FENTRY_SKB(udp_rcv, HOOK_UDP_START)
+FENTRY_SKB(udpv6_rcv, HOOK_UDP_START)
+
+SEC("fexit/tcp_queue_rcv")
+int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
+{
+	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY))
+		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	return 0;
+}
+
+SEC("fexit/__udp_enqueue_schedule_skb")
+int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *skb, int ret)
+{
+	/* non-zero: dropped (receive buffer full, memory pressure) */
+	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY))
+		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	return 0;
+}
+
+/* The interface the socket's packets arrive on, cached by early demux. */
+static __always_inline __u32 sk_rx_ifindex(struct sock *sk)
+{
+	if (bpf_core_field_exists(sk->sk_rx_dst_ifindex))
+		return BPF_CORE_READ(sk, sk_rx_dst_ifindex);
+	return BPF_CORE_READ((struct inet_sock *)sk, rx_dst_ifindex);
+}
+
+/* tcp_recvmsg reports the newest RX stamp it copied (tss->ts[0]) here,
+ * after the read, whenever one of the skbs read carried a stamp. */
+SEC("fentry/tcp_recv_timestamp")
+int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_timestamping_internal *tss)
+{
+	struct stamp s = {};
+
+	if (!hook_on(HOOK_TCP_SOCK_READ, BACKEND_FENTRY))
+		return 0;
+	if (bpf_core_field_size(tss->ts) == 3 * sizeof(ktime_t)) {
+		struct scm_timestamping_internal___ktime *ns = (void *)tss;
+
+		s.tstamp = BPF_CORE_READ(ns, ts[0]);
+	} else {
+		s.tstamp = BPF_CORE_READ(tss, ts[0].tv_sec) * 1000000000LL + BPF_CORE_READ(tss, ts[0].tv_nsec);
+	}
+	s.ifindex = sk_rx_ifindex(sk);
+	if (s.tstamp <= 0)
+		s.skip = REASON_NO_STAMP;
+	record_tcp_read(sk, &s);
+	return 0;
+}
+
+/* udp_recvmsg/udpv6_recvmsg hand the datagram just read to skb_consume_udp. */
+SEC("fentry/skb_consume_udp")
+int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int len)
+{
+	struct stamp s;
+
+	/* MSG_PEEK passes the length negated: the datagram stays queued */
+	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
+		return 0;
+	read_stamp(skb, &s);
+	record_read(HOOK_UDP_SOCK_READ, sk, &s);
 	return 0;
 }

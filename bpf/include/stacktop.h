@@ -123,6 +123,12 @@ struct sock {
 	int sk_rx_dst_ifindex;
 };
 
+/* Before 5.17 the cached receive interface lived in inet_sock. */
+struct inet_sock {
+	struct sock sk;
+	int rx_dst_ifindex;
+};
+
 struct kernfs_node {
 	u64 id;
 };
@@ -222,6 +228,21 @@ struct nf_hook_state {
 struct bpf_nf_ctx {
 	const struct nf_hook_state *state;
 	struct sk_buff *skb;
+};
+
+struct timespec64 {
+	s64 tv_sec;
+	long tv_nsec;
+};
+
+/* ts[0]: the software RX stamp of the newest skb a TCP read copied. */
+struct scm_timestamping_internal {
+	struct timespec64 ts[3];
+};
+
+/* The same since 7.x: nanoseconds instead of timespec64. */
+struct scm_timestamping_internal___ktime {
+	ktime_t ts[3];
 };
 
 struct task_struct {

@@ -18,7 +18,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -103,9 +102,8 @@ func Probe(backend features.Backend) ([]features.Choice, error) {
 
 // loadMaps creates the maps every program of the object shares.
 func (t *Tracker) loadMaps() error {
-	// Before 5.11 BPF memory is charged to RLIMIT_MEMLOCK, often 64 KiB.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps: %w", err)
+	if err := features.RemoveMemlock(); err != nil {
+		return err
 	}
 	var err error
 	if t.spec, err = loadConns(); err != nil {

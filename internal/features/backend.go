@@ -54,6 +54,7 @@ var ErrNoBackend = errors.New("no backend could attach")
 // With a forced backend only that backend's candidates are tried.
 func Choose(hook string, forced Backend, candidates ...Candidate) (Choice, error) {
 	c := Choice{Hook: hook}
+	var errs []error
 	for _, cand := range candidates {
 		if forced != Auto && cand.Backend != forced {
 			continue
@@ -64,6 +65,7 @@ func Choose(hook string, forced Backend, candidates ...Candidate) (Choice, error
 			return c, nil
 		}
 		c.Refused = append(c.Refused, Attempt{Backend: cand.Backend, Reason: explain(err)})
+		errs = append(errs, err)
 	}
 	if len(c.Refused) == 0 {
 		return c, fmt.Errorf("hook %s: %w: backend %s does not implement it", hook, ErrNoBackend, forced)
@@ -72,5 +74,17 @@ func Choose(hook string, forced Backend, candidates ...Candidate) (Choice, error
 	for i, a := range c.Refused {
 		reasons[i] = fmt.Sprintf("%s: %s", a.Backend, a.Reason)
 	}
-	return c, fmt.Errorf("hook %s: %w (%s)", hook, ErrNoBackend, strings.Join(reasons, "; "))
+	return c, &noBackendError{msg: fmt.Sprintf("hook %s: %v (%s)", hook, ErrNoBackend, strings.Join(reasons, "; ")),
+		refusals: errs}
 }
+
+// noBackendError says why no candidate attached and keeps each refusal, so
+// a caller can tell a kernel's refusal from a verifier rejecting a program.
+type noBackendError struct {
+	msg      string
+	refusals []error
+}
+
+func (e *noBackendError) Error() string { return e.msg }
+
+func (e *noBackendError) Unwrap() []error { return append([]error{ErrNoBackend}, e.refusals...) }

@@ -41,8 +41,9 @@ func TestChooseForcedBackend(t *testing.T) {
 		t.Fatalf("choice %+v, err %v", c, err)
 	}
 
-	_, err = Choose("ip-start", FentryBE, Candidate{FentryBE, attachFail("load: EPERM")})
-	if !errors.Is(err, ErrNoBackend) || !strings.Contains(err.Error(), "fentry: load: EPERM") {
+	refusal := errors.New("load: EPERM")
+	_, err = Choose("ip-start", FentryBE, Candidate{FentryBE, func() error { return refusal }})
+	if !errors.Is(err, ErrNoBackend) || !errors.Is(err, refusal) || !strings.Contains(err.Error(), "fentry: load: EPERM") {
 		t.Fatalf("forced failing backend: %v", err)
 	}
 	_, err = Choose("udp-socket-read", FentryBE, Candidate{Tracepoint, attachOK})

@@ -9,12 +9,14 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,6 +39,7 @@ const (
 	IterTCP       = "iter_tcp"
 	RingBuf       = "ringbuf"
 	SkStorage     = "sk_storage"
+	SkStorageBTF  = "sk_storage_tracing" // bpf_sk_storage_get from fentry/tp_btf programs (5.11+)
 	KtimeTAI      = "bpf_ktime_get_tai_ns"
 	CgroupSKB     = "cgroup_skb"
 	StatsEnabled  = "bpf_stats_enabled"
@@ -59,41 +62,62 @@ func (r *Report) Lookup(name string) Probe {
 	return Probe{Name: name, Reason: "not probed"}
 }
 
+// probes are every probe, in report order.
+var probes = []struct {
+	name string
+	run  func() error
+}{
+	{BTF, func() error { _, err := btf.LoadKernelSpec(); return err }},
+	{TPBTF, func() error { return probeTracing(ebpf.AttachTraceRawTp, "inet_sock_set_state") }},
+	{Fentry, func() error { return probeTracing(ebpf.AttachTraceFEntry, probeFunction) }},
+	{Fexit, func() error { return probeTracing(ebpf.AttachTraceFExit, probeFunction) }},
+	{RawTP, probeRawTracepoint},
+	{Netfilter, probeNetfilter},
+	{Kprobe, probeKprobe},
+	{IterTCP, probeIter},
+	{CgroupSKB, func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
+	{RingBuf, func() error { return features.HaveMapType(ebpf.RingBuf) }},
+	{SkStorage, func() error { return features.HaveMapType(ebpf.SkStorage) }},
+	{SkStorageBTF, probeSkStorageTracing},
+	{KtimeTAI, func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs) }},
+	{StatsEnabled, statsEnabled},
+}
+
 var (
-	once   sync.Once
-	cached *Report
+	once    sync.Once
+	cached  *Report
+	checked sync.Map // probe name -> Probe
 )
 
 // Detect runs every probe once per process and returns the shared report.
 func Detect() *Report {
-	once.Do(func() { cached = detect() })
+	once.Do(func() {
+		r := &Report{Kernel: KernelRelease()}
+		for _, p := range probes {
+			r.Probes = append(r.Probes, Check(p.name))
+		}
+		cached = r
+	})
 	return cached
 }
 
-func detect() *Report {
-	r := &Report{Kernel: KernelRelease()}
-	add := func(name string, err error) {
-		p := Probe{Name: name, OK: err == nil}
-		if err != nil {
-			p.Reason = explain(err)
-		}
-		r.Probes = append(r.Probes, p)
+// Check runs one probe, once per process: for callers that need one answer
+// without paying for every probe (slow on emulated machines).
+func Check(name string) Probe {
+	if p, ok := checked.Load(name); ok {
+		return p.(Probe)
 	}
-	_, err := btf.LoadKernelSpec()
-	add(BTF, err)
-	add(TPBTF, probeTracing(ebpf.AttachTraceRawTp, "inet_sock_set_state"))
-	add(Fentry, probeTracing(ebpf.AttachTraceFEntry, probeFunction))
-	add(Fexit, probeTracing(ebpf.AttachTraceFExit, probeFunction))
-	add(RawTP, probeRawTracepoint())
-	add(Netfilter, probeNetfilter())
-	add(Kprobe, probeKprobe())
-	add(IterTCP, probeIter())
-	add(CgroupSKB, features.HaveProgramType(ebpf.CGroupSKB))
-	add(RingBuf, features.HaveMapType(ebpf.RingBuf))
-	add(SkStorage, features.HaveMapType(ebpf.SkStorage))
-	add(KtimeTAI, features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs))
-	add(StatsEnabled, statsEnabled())
-	return r
+	for _, probe := range probes {
+		if probe.name == name {
+			p := Probe{Name: name, OK: true}
+			if err := probe.run(); err != nil {
+				p.OK, p.Reason = false, explain(err)
+			}
+			checked.Store(name, p)
+			return p
+		}
+	}
+	return Probe{Name: name, Reason: "not probed"}
 }
 
 // returnZero is the smallest valid program body.
@@ -148,6 +172,33 @@ func probeNetfilter() error {
 	return l.Close()
 }
 
+// probeSkStorageTracing loads a tp_btf program that calls bpf_sk_storage_get
+// on the socket of inet_sock_set_state: kernels before 5.11 do not offer the
+// helper to tracing programs.
+func probeSkStorageTracing() error {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.SkStorage, KeySize: 4, ValueSize: 4,
+		Flags: unix.BPF_F_NO_PREALLOC, Key: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed},
+		Value: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}})
+	if err != nil {
+		return fmt.Errorf("sk_storage map: %w", err)
+	}
+	defer m.Close()
+	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp,
+		AttachTo: "inet_sock_set_state", Instructions: asm.Instructions{
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord), // the tracepoint's sock
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnSkStorageGet.Call(),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		}})
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	return prog.Close()
+}
+
 func probeKprobe() error {
 	if _, err := os.Stat("/sys/bus/event_source/devices/kprobe"); err != nil {
 		return errors.New("kernel built without CONFIG_KPROBES (no kprobe PMU)")
@@ -196,12 +247,33 @@ func statsEnabled() error {
 // errENOTSUPP is the kernel-internal ENOTSUPP (524) that BPF syscalls leak.
 const errENOTSUPP = unix.Errno(524)
 
+// memlockLifted is set once RemoveMemlock succeeded.
+var memlockLifted atomic.Bool
+
+// RemoveMemlock lifts RLIMIT_MEMLOCK, which kernels before 5.11 charge BPF
+// maps and programs to (a no-op on later kernels). Call it before loading.
+func RemoveMemlock() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("raising RLIMIT_MEMLOCK: %w", err)
+	}
+	memlockLifted.Store(true)
+	return nil
+}
+
+// memlockHint is what cilium/ebpf appends to any EPERM at load time before
+// the verifier ran; once the limit is lifted it only misleads.
+const memlockHint = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
+
 // explain turns the errno the kernel answered with into something an operator
 // can act on; the raw error stays in the text.
 func explain(err error) string {
 	switch {
 	case errors.Is(err, unix.EPERM):
-		return err.Error() + " (refused by the kernel: lockdown, LSM policy or missing capability)"
+		msg := err.Error()
+		if memlockLifted.Load() {
+			msg = strings.Replace(msg, memlockHint, "", 1)
+		}
+		return msg + " (refused by the kernel: lockdown, LSM policy or missing capability)"
 	case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EINVAL), errors.Is(err, errENOTSUPP),
 		errors.Is(err, unix.EOPNOTSUPP):
 		return err.Error() + " (not supported by this kernel)"

@@ -2,22 +2,62 @@ package latency
 
 import (
 	"fmt"
+	"math"
 
 	"golang.org/x/sys/unix"
 )
 
-// refreshClock stores CLOCK_TAI - CLOCK_REALTIME for the BPF programs, which
-// take "now" from bpf_ktime_get_tai_ns while RX stamps are CLOCK_REALTIME.
+// refreshClock stores what turns the BPF programs' clock into
+// CLOCK_REALTIME, the clock of RX stamps: CLOCK_TAI - CLOCK_REALTIME when
+// they read bpf_ktime_get_tai_ns (subtracted), else CLOCK_REALTIME -
+// CLOCK_MONOTONIC for bpf_ktime_get_ns (added). The latter follows NTP's
+// slewing only at each refresh.
 func (t *Tracer) refreshClock() error {
-	var tx unix.Timex
-	if _, err := unix.Adjtimex(&tx); err != nil {
-		return fmt.Errorf("adjtimex: %w", err)
+	offsetOf := monotonicToRealtime
+	if t.taiClock {
+		offsetOf = taiToRealtime
 	}
-	offset := int64(tx.Tai) * 1e9
+	offset, err := offsetOf()
+	if err != nil {
+		return err
+	}
 	if err := t.maps["clock_offset"].Put(uint32(0), offset); err != nil {
-		return fmt.Errorf("storing the TAI offset: %w", err)
+		return fmt.Errorf("storing the clock offset: %w", err)
 	}
 	return nil
+}
+
+func taiToRealtime() (int64, error) {
+	var tx unix.Timex
+	if _, err := unix.Adjtimex(&tx); err != nil {
+		return 0, fmt.Errorf("adjtimex: %w", err)
+	}
+	return int64(tx.Tai) * 1e9, nil
+}
+
+// monotonicToRealtime reads CLOCK_REALTIME between two CLOCK_MONOTONIC reads
+// and pairs it with their midpoint. Its error is half the time between the
+// two reads, so it keeps the tightest of a few tries: a thread preempted
+// mid-way would otherwise shift "now" by the preemption, and packets younger
+// than that would be skipped as future_stamp.
+func monotonicToRealtime() (int64, error) {
+	const tries = 5
+	var offset, gap int64 = 0, math.MaxInt64
+	for range tries {
+		var before, real, after unix.Timespec
+		for _, c := range []struct {
+			id int32
+			ts *unix.Timespec
+		}{{unix.CLOCK_MONOTONIC, &before}, {unix.CLOCK_REALTIME, &real}, {unix.CLOCK_MONOTONIC, &after}} {
+			if err := unix.ClockGettime(c.id, c.ts); err != nil {
+				return 0, fmt.Errorf("clock_gettime: %w", err)
+			}
+		}
+		if g := after.Nano() - before.Nano(); g < gap {
+			offset, gap = real.Nano()-(before.Nano()+after.Nano())/2, g
+		}
+	}
+	return offset, nil
 }
 
 // rxTimestamping holds a socket asking for RX software timestamps: while any

@@ -36,17 +36,20 @@ type Config struct {
 const defaultMaxHistograms = 4096
 
 // configure writes cfg into the BPF object before it is loaded: constants
-// the verifier can prune on, and map sizes.
-func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32) error {
+// the verifier can prune on, and map sizes. taiClock and skStorageTracing
+// say what the kernel offers tracing programs (see bpf/latency.bpf.c).
+func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock, skStorageTracing bool) error {
 	consts := map[string]any{
-		"netns_inum":          netnsInum,
-		"min_queue_len":       cfg.MinQueueLen,
-		"filter_pid":          len(cfg.PIDs) > 0,
-		"filter_ifindex":      len(cfg.Ifindexes) > 0,
-		"filter_cgroup":       len(cfg.Cgroups) > 0,
-		"group_by_ifindex":    cfg.GroupByIface,
-		"group_by_cgroup":     cfg.GroupByCgroup,
-		"include_hol_blocked": cfg.IncludeHOL,
+		"tai_clock":             taiClock,
+		"sk_storage_in_tracing": skStorageTracing,
+		"netns_inum":            netnsInum,
+		"min_queue_len":         cfg.MinQueueLen,
+		"filter_pid":            len(cfg.PIDs) > 0,
+		"filter_ifindex":        len(cfg.Ifindexes) > 0,
+		"filter_cgroup":         len(cfg.Cgroups) > 0,
+		"group_by_ifindex":      cfg.GroupByIface,
+		"group_by_cgroup":       cfg.GroupByCgroup,
+		"include_hol_blocked":   cfg.IncludeHOL,
 	}
 	for name, v := range consts {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -62,6 +65,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32) error {
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
 	}
 	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
+	if skStorageTracing {
+		spec.Maps["tcp_states_by_sock"].MaxEntries = 1 // unused
+	}
 	return nil
 }
 

@@ -38,6 +38,14 @@ type latencyPendingRead struct {
 	}
 }
 
+type latencySockKey struct {
+	_     structs.HostLayout
+	Sk    uint64
+	Dport uint16
+	Num   uint16
+	Pad   uint32
+}
+
 type latencyTcpState struct {
 	_            structs.HostLayout
 	LastEnqueued struct {
@@ -77,30 +85,43 @@ type latencyUdpFifo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	latencyMapCgroupFilter            = "cgroup_filter"
-	latencyMapClockOffset             = "clock_offset"
-	latencyMapCounters                = "counters"
-	latencyMapEmptyHist               = "empty_hist"
-	latencyMapHists                   = "hists"
-	latencyMapHookBackends            = "hook_backends"
-	latencyMapIfindexFilter           = "ifindex_filter"
-	latencyMapPidFilter               = "pid_filter"
-	latencyMapTcpReads                = "tcp_reads"
-	latencyMapTcpStates               = "tcp_states"
-	latencyMapUdpFifos                = "udp_fifos"
-	latencyProgNfIpStart              = "nf_ip_start"
-	latencyProgNfL4Start              = "nf_l4_start"
-	latencyProgTpSkDataReady          = "tp_sk_data_ready"
-	latencyProgTpSkbCopyDatagramIovec = "tp_skb_copy_datagram_iovec"
-	latencyProgTpSockRecvLength       = "tp_sock_recv_length"
-	latencyVarFilterCgroup            = "filter_cgroup"
-	latencyVarFilterIfindex           = "filter_ifindex"
-	latencyVarFilterPid               = "filter_pid"
-	latencyVarGroupByCgroup           = "group_by_cgroup"
-	latencyVarGroupByIfindex          = "group_by_ifindex"
-	latencyVarIncludeHolBlocked       = "include_hol_blocked"
-	latencyVarMinQueueLen             = "min_queue_len"
-	latencyVarNetnsInum               = "netns_inum"
+	latencyMapCgroupFilter                = "cgroup_filter"
+	latencyMapClockOffset                 = "clock_offset"
+	latencyMapCounters                    = "counters"
+	latencyMapEmptyHist                   = "empty_hist"
+	latencyMapHists                       = "hists"
+	latencyMapHookBackends                = "hook_backends"
+	latencyMapIfindexFilter               = "ifindex_filter"
+	latencyMapPidFilter                   = "pid_filter"
+	latencyMapTcpReads                    = "tcp_reads"
+	latencyMapTcpStates                   = "tcp_states"
+	latencyMapTcpStatesBySock             = "tcp_states_by_sock"
+	latencyMapUdpFifos                    = "udp_fifos"
+	latencyProgFentryIp6RcvCore           = "fentry_ip6_rcv_core"
+	latencyProgFentryIpRcvCore            = "fentry_ip_rcv_core"
+	latencyProgFentrySkbConsumeUdp        = "fentry_skb_consume_udp"
+	latencyProgFentryTcpRecvTimestamp     = "fentry_tcp_recv_timestamp"
+	latencyProgFentryTcpV4Rcv             = "fentry_tcp_v4_rcv"
+	latencyProgFentryTcpV6Rcv             = "fentry_tcp_v6_rcv"
+	latencyProgFentryUdpRcv               = "fentry_udp_rcv"
+	latencyProgFentryUdpv6Rcv             = "fentry_udpv6_rcv"
+	latencyProgFexitTcpQueueRcv           = "fexit_tcp_queue_rcv"
+	latencyProgFexitUdpEnqueueScheduleSkb = "fexit_udp_enqueue_schedule_skb"
+	latencyProgNfIpStart                  = "nf_ip_start"
+	latencyProgNfL4Start                  = "nf_l4_start"
+	latencyProgTpSkDataReady              = "tp_sk_data_ready"
+	latencyProgTpSkbCopyDatagramIovec     = "tp_skb_copy_datagram_iovec"
+	latencyProgTpSockRecvLength           = "tp_sock_recv_length"
+	latencyVarFilterCgroup                = "filter_cgroup"
+	latencyVarFilterIfindex               = "filter_ifindex"
+	latencyVarFilterPid                   = "filter_pid"
+	latencyVarGroupByCgroup               = "group_by_cgroup"
+	latencyVarGroupByIfindex              = "group_by_ifindex"
+	latencyVarIncludeHolBlocked           = "include_hol_blocked"
+	latencyVarMinQueueLen                 = "min_queue_len"
+	latencyVarNetnsInum                   = "netns_inum"
+	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
+	latencyVarTaiClock                    = "tai_clock"
 )
 
 // loadLatency returns the embedded CollectionSpec for latency.
@@ -145,42 +166,55 @@ type latencySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyProgramSpecs struct {
-	NfIpStart              *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
-	NfL4Start              *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
-	TpSkDataReady          *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
-	TpSkbCopyDatagramIovec *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
-	TpSockRecvLength       *ebpf.ProgramSpec `ebpf:"tp_sock_recv_length"`
+	FentryIp6RcvCore           *ebpf.ProgramSpec `ebpf:"fentry_ip6_rcv_core"`
+	FentryIpRcvCore            *ebpf.ProgramSpec `ebpf:"fentry_ip_rcv_core"`
+	FentrySkbConsumeUdp        *ebpf.ProgramSpec `ebpf:"fentry_skb_consume_udp"`
+	FentryTcpRecvTimestamp     *ebpf.ProgramSpec `ebpf:"fentry_tcp_recv_timestamp"`
+	FentryTcpV4Rcv             *ebpf.ProgramSpec `ebpf:"fentry_tcp_v4_rcv"`
+	FentryTcpV6Rcv             *ebpf.ProgramSpec `ebpf:"fentry_tcp_v6_rcv"`
+	FentryUdpRcv               *ebpf.ProgramSpec `ebpf:"fentry_udp_rcv"`
+	FentryUdpv6Rcv             *ebpf.ProgramSpec `ebpf:"fentry_udpv6_rcv"`
+	FexitTcpQueueRcv           *ebpf.ProgramSpec `ebpf:"fexit_tcp_queue_rcv"`
+	FexitUdpEnqueueScheduleSkb *ebpf.ProgramSpec `ebpf:"fexit_udp_enqueue_schedule_skb"`
+	NfIpStart                  *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
+	NfL4Start                  *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
+	TpSkDataReady              *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
+	TpSkbCopyDatagramIovec     *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
+	TpSockRecvLength           *ebpf.ProgramSpec `ebpf:"tp_sock_recv_length"`
 }
 
 // latencyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyMapSpecs struct {
-	CgroupFilter  *ebpf.MapSpec `ebpf:"cgroup_filter"`
-	ClockOffset   *ebpf.MapSpec `ebpf:"clock_offset"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	EmptyHist     *ebpf.MapSpec `ebpf:"empty_hist"`
-	Hists         *ebpf.MapSpec `ebpf:"hists"`
-	HookBackends  *ebpf.MapSpec `ebpf:"hook_backends"`
-	IfindexFilter *ebpf.MapSpec `ebpf:"ifindex_filter"`
-	PidFilter     *ebpf.MapSpec `ebpf:"pid_filter"`
-	TcpReads      *ebpf.MapSpec `ebpf:"tcp_reads"`
-	TcpStates     *ebpf.MapSpec `ebpf:"tcp_states"`
-	UdpFifos      *ebpf.MapSpec `ebpf:"udp_fifos"`
+	CgroupFilter    *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	ClockOffset     *ebpf.MapSpec `ebpf:"clock_offset"`
+	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	EmptyHist       *ebpf.MapSpec `ebpf:"empty_hist"`
+	Hists           *ebpf.MapSpec `ebpf:"hists"`
+	HookBackends    *ebpf.MapSpec `ebpf:"hook_backends"`
+	IfindexFilter   *ebpf.MapSpec `ebpf:"ifindex_filter"`
+	PidFilter       *ebpf.MapSpec `ebpf:"pid_filter"`
+	TcpReads        *ebpf.MapSpec `ebpf:"tcp_reads"`
+	TcpStates       *ebpf.MapSpec `ebpf:"tcp_states"`
+	TcpStatesBySock *ebpf.MapSpec `ebpf:"tcp_states_by_sock"`
+	UdpFifos        *ebpf.MapSpec `ebpf:"udp_fifos"`
 }
 
 // latencyVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
-	FilterCgroup      *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	FilterIfindex     *ebpf.VariableSpec `ebpf:"filter_ifindex"`
-	FilterPid         *ebpf.VariableSpec `ebpf:"filter_pid"`
-	GroupByCgroup     *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
-	GroupByIfindex    *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
-	IncludeHolBlocked *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
-	MinQueueLen       *ebpf.VariableSpec `ebpf:"min_queue_len"`
-	NetnsInum         *ebpf.VariableSpec `ebpf:"netns_inum"`
+	FilterCgroup       *ebpf.VariableSpec `ebpf:"filter_cgroup"`
+	FilterIfindex      *ebpf.VariableSpec `ebpf:"filter_ifindex"`
+	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
+	GroupByCgroup      *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
+	GroupByIfindex     *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
+	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
+	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
+	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
+	SkStorageInTracing *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
+	TaiClock           *ebpf.VariableSpec `ebpf:"tai_clock"`
 }
 
 // latencyObjects contains all objects after they have been loaded into the kernel.
@@ -203,17 +237,18 @@ func (o *latencyObjects) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyMaps struct {
-	CgroupFilter  *ebpf.Map `ebpf:"cgroup_filter"`
-	ClockOffset   *ebpf.Map `ebpf:"clock_offset"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	EmptyHist     *ebpf.Map `ebpf:"empty_hist"`
-	Hists         *ebpf.Map `ebpf:"hists"`
-	HookBackends  *ebpf.Map `ebpf:"hook_backends"`
-	IfindexFilter *ebpf.Map `ebpf:"ifindex_filter"`
-	PidFilter     *ebpf.Map `ebpf:"pid_filter"`
-	TcpReads      *ebpf.Map `ebpf:"tcp_reads"`
-	TcpStates     *ebpf.Map `ebpf:"tcp_states"`
-	UdpFifos      *ebpf.Map `ebpf:"udp_fifos"`
+	CgroupFilter    *ebpf.Map `ebpf:"cgroup_filter"`
+	ClockOffset     *ebpf.Map `ebpf:"clock_offset"`
+	Counters        *ebpf.Map `ebpf:"counters"`
+	EmptyHist       *ebpf.Map `ebpf:"empty_hist"`
+	Hists           *ebpf.Map `ebpf:"hists"`
+	HookBackends    *ebpf.Map `ebpf:"hook_backends"`
+	IfindexFilter   *ebpf.Map `ebpf:"ifindex_filter"`
+	PidFilter       *ebpf.Map `ebpf:"pid_filter"`
+	TcpReads        *ebpf.Map `ebpf:"tcp_reads"`
+	TcpStates       *ebpf.Map `ebpf:"tcp_states"`
+	TcpStatesBySock *ebpf.Map `ebpf:"tcp_states_by_sock"`
+	UdpFifos        *ebpf.Map `ebpf:"udp_fifos"`
 }
 
 func (m *latencyMaps) Close() error {
@@ -228,6 +263,7 @@ func (m *latencyMaps) Close() error {
 		m.PidFilter,
 		m.TcpReads,
 		m.TcpStates,
+		m.TcpStatesBySock,
 		m.UdpFifos,
 	)
 }
@@ -236,29 +272,51 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
-	FilterCgroup      *ebpf.Variable `ebpf:"filter_cgroup"`
-	FilterIfindex     *ebpf.Variable `ebpf:"filter_ifindex"`
-	FilterPid         *ebpf.Variable `ebpf:"filter_pid"`
-	GroupByCgroup     *ebpf.Variable `ebpf:"group_by_cgroup"`
-	GroupByIfindex    *ebpf.Variable `ebpf:"group_by_ifindex"`
-	IncludeHolBlocked *ebpf.Variable `ebpf:"include_hol_blocked"`
-	MinQueueLen       *ebpf.Variable `ebpf:"min_queue_len"`
-	NetnsInum         *ebpf.Variable `ebpf:"netns_inum"`
+	FilterCgroup       *ebpf.Variable `ebpf:"filter_cgroup"`
+	FilterIfindex      *ebpf.Variable `ebpf:"filter_ifindex"`
+	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
+	GroupByCgroup      *ebpf.Variable `ebpf:"group_by_cgroup"`
+	GroupByIfindex     *ebpf.Variable `ebpf:"group_by_ifindex"`
+	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
+	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
+	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`
+	SkStorageInTracing *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
+	TaiClock           *ebpf.Variable `ebpf:"tai_clock"`
 }
 
 // latencyPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyPrograms struct {
-	NfIpStart              *ebpf.Program `ebpf:"nf_ip_start"`
-	NfL4Start              *ebpf.Program `ebpf:"nf_l4_start"`
-	TpSkDataReady          *ebpf.Program `ebpf:"tp_sk_data_ready"`
-	TpSkbCopyDatagramIovec *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
-	TpSockRecvLength       *ebpf.Program `ebpf:"tp_sock_recv_length"`
+	FentryIp6RcvCore           *ebpf.Program `ebpf:"fentry_ip6_rcv_core"`
+	FentryIpRcvCore            *ebpf.Program `ebpf:"fentry_ip_rcv_core"`
+	FentrySkbConsumeUdp        *ebpf.Program `ebpf:"fentry_skb_consume_udp"`
+	FentryTcpRecvTimestamp     *ebpf.Program `ebpf:"fentry_tcp_recv_timestamp"`
+	FentryTcpV4Rcv             *ebpf.Program `ebpf:"fentry_tcp_v4_rcv"`
+	FentryTcpV6Rcv             *ebpf.Program `ebpf:"fentry_tcp_v6_rcv"`
+	FentryUdpRcv               *ebpf.Program `ebpf:"fentry_udp_rcv"`
+	FentryUdpv6Rcv             *ebpf.Program `ebpf:"fentry_udpv6_rcv"`
+	FexitTcpQueueRcv           *ebpf.Program `ebpf:"fexit_tcp_queue_rcv"`
+	FexitUdpEnqueueScheduleSkb *ebpf.Program `ebpf:"fexit_udp_enqueue_schedule_skb"`
+	NfIpStart                  *ebpf.Program `ebpf:"nf_ip_start"`
+	NfL4Start                  *ebpf.Program `ebpf:"nf_l4_start"`
+	TpSkDataReady              *ebpf.Program `ebpf:"tp_sk_data_ready"`
+	TpSkbCopyDatagramIovec     *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
+	TpSockRecvLength           *ebpf.Program `ebpf:"tp_sock_recv_length"`
 }
 
 func (p *latencyPrograms) Close() error {
 	return _LatencyClose(
+		p.FentryIp6RcvCore,
+		p.FentryIpRcvCore,
+		p.FentrySkbConsumeUdp,
+		p.FentryTcpRecvTimestamp,
+		p.FentryTcpV4Rcv,
+		p.FentryTcpV6Rcv,
+		p.FentryUdpRcv,
+		p.FentryUdpv6Rcv,
+		p.FexitTcpQueueRcv,
+		p.FexitUdpEnqueueScheduleSkb,
 		p.NfIpStart,
 		p.NfL4Start,
 		p.TpSkDataReady,

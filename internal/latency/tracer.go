@@ -10,14 +10,35 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	cfeatures "github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/stacktop/stacktop/internal/features"
 )
 
+// fentryPlan lists, per hook, the programs that implement it on the fentry
+// backend: netstacklat's own attachment points.
+var fentryPlan = map[Hook][]string{
+	IPStart:           {"fentry_ip_rcv_core", "fentry_ip6_rcv_core"},
+	TCPStart:          {"fentry_tcp_v4_rcv", "fentry_tcp_v6_rcv"},
+	UDPStart:          {"fentry_udp_rcv", "fentry_udpv6_rcv"},
+	TCPSocketEnqueued: {"fexit_tcp_queue_rcv"},
+	UDPSocketEnqueued: {"fexit_udp_enqueue_schedule_skb"},
+	TCPSocketRead:     {"fentry_tcp_recv_timestamp"},
+	UDPSocketRead:     {"fentry_skb_consume_udp"},
+}
+
+// ipv6Programs are the programs a hook can do without: on a kernel without
+// IPv6 (or with the function inlined away) the hook still sees IPv4.
+var ipv6Programs = map[string]bool{
+	"fentry_ip6_rcv_core": true,
+	"fentry_tcp_v6_rcv":   true,
+	"fentry_udpv6_rcv":    true,
+}
+
 // tracepointPlan lists, per hook, the programs that implement it on the
 // tracepoint backend. A program shared by several hooks is attached once.
-// The fentry backend will add its own plan and candidate (see candidates).
 var tracepointPlan = map[Hook][]string{
 	IPStart:           {"nf_ip_start"},
 	TCPStart:          {"nf_l4_start"},
@@ -30,7 +51,7 @@ var tracepointPlan = map[Hook][]string{
 
 // backendIDs are the BACKEND_* values of the BPF program: a hook records
 // samples only in programs of the backend it chose.
-var backendIDs = map[features.Backend]uint32{features.Tracepoint: 1}
+var backendIDs = map[features.Backend]uint32{features.Tracepoint: 1, features.FentryBE: 2}
 
 // netfilterHooks places the netfilter programs: ip-start as early as possible
 // in PRE_ROUTING, tcp/udp-start as late as possible in LOCAL_IN.
@@ -47,6 +68,8 @@ type Tracer struct {
 	spec     *ebpf.CollectionSpec
 	backend  features.Backend
 	maps     map[string]*ebpf.Map
+	noMaps   map[string]error // maps of a type this kernel lacks, and why
+	taiClock bool             // bpf_ktime_get_tai_ns is available
 	scope    netnsScope
 	rxStamps *rxTimestamping
 	choices  []features.Choice
@@ -110,6 +133,9 @@ func Probe(backend features.Backend) ([]features.Choice, error) {
 // open loads the maps and prepares everything but the hooks.
 func open(cfg Config) (_ *Tracer, err error) {
 	cfg.Backend = cmp.Or(cfg.Backend, features.Auto)
+	if err := features.RemoveMemlock(); err != nil {
+		return nil, err
+	}
 	spec, err := loadLatency()
 	if err != nil {
 		return nil, fmt.Errorf("reading BPF object: %w", err)
@@ -124,16 +150,17 @@ func open(cfg Config) (_ *Tracer, err error) {
 		}
 	}
 	t := &Tracer{spec: spec, backend: cfg.Backend, scope: netnsScope{mode: cfg.Netns, own: own},
+		taiClock: features.Check(features.KtimeTAI).OK,
 		attached: map[string]attachment{}, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
-	if err := configure(spec, cfg, t.scope.bpfFilter()); err != nil {
+	if err := configure(spec, cfg, t.scope.bpfFilter(), t.taiClock, features.Check(features.SkStorageBTF).OK); err != nil {
 		return nil, err
 	}
-	if t.maps, err = loadMaps(spec); err != nil {
+	if t.maps, t.noMaps, err = loadMaps(spec); err != nil {
 		return nil, err
 	}
 	if err := fillFilters(t.maps, cfg); err != nil {
@@ -149,17 +176,19 @@ func open(cfg Config) (_ *Tracer, err error) {
 	return t, nil
 }
 
-// candidates lists the ways to implement h, in order of preference. The
-// fentry backend (parity with netstacklat) goes first once it exists.
+// candidates lists the ways to implement h, in order of preference: fentry
+// first (parity with netstacklat, and cheaper per packet), then tracepoints.
 func (t *Tracer) candidates(h Hook) []features.Candidate {
 	return []features.Candidate{
-		{Backend: features.Tracepoint, Attach: func() error { return t.acquire(tracepointPlan[h]) }},
+		{Backend: features.FentryBE, Attach: func() error { return t.acquire(h, fentryPlan[h]) }},
+		{Backend: features.Tracepoint, Attach: func() error { return t.acquire(h, tracepointPlan[h]) }},
 	}
 }
 
-// acquire attaches the named programs that are not attached yet. On failure
-// it detaches what it attached itself and leaves the others alone.
-func (t *Tracer) acquire(progs []string) error {
+// acquire attaches the named programs of hook h that are not attached yet.
+// On failure it detaches what it attached itself and leaves the others
+// alone; an IPv6 program that fails only costs the hook its IPv6 half.
+func (t *Tracer) acquire(h Hook, progs []string) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	var fresh []string
@@ -168,12 +197,16 @@ func (t *Tracer) acquire(progs []string) error {
 			continue
 		}
 		a, err := t.attach(name)
+		if err != nil && ipv6Programs[name] && len(fresh) > 0 {
+			slog.Warn("hook attached for IPv4 only", "hook", h, "program", name, "err", err)
+			continue
+		}
 		if err != nil {
 			for _, f := range fresh {
 				t.attached[f].Close()
 				delete(t.attached, f)
 			}
-			return fmt.Errorf("%s: %w", name, err)
+			return err
 		}
 		t.attached[name] = a
 		fresh = append(fresh, name)
@@ -182,7 +215,7 @@ func (t *Tracer) acquire(progs []string) error {
 }
 
 func (t *Tracer) attach(name string) (attachment, error) {
-	prog, err := loadProgram(t.spec, name, t.maps)
+	prog, err := loadProgram(t.spec, name, t.maps, t.noMaps)
 	if err != nil {
 		return nil, err
 	}
@@ -194,30 +227,52 @@ func (t *Tracer) attach(name string) (attachment, error) {
 	}
 	if err != nil {
 		prog.Close()
-		return nil, err
+		return nil, fmt.Errorf("program %s: %w", name, err)
 	}
 	return a, nil
 }
 
-// loadMaps creates every map of the object once; programs loaded later share them.
-func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
+// loadMaps creates every map of the object once; programs loaded later share
+// them. A map of a type the kernel lacks (task storage before 5.11) is left
+// out with the reason: only the programs that use it cannot load.
+func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, map[string]error, error) {
 	mapsOnly := spec.Copy()
 	mapsOnly.Programs = nil
+	missing := map[string]error{}
+	for name, m := range mapsOnly.Maps {
+		if err := cfeatures.HaveMapType(m.Type); errors.Is(err, ebpf.ErrNotSupported) {
+			missing[name] = err
+			delete(mapsOnly.Maps, name)
+		}
+	}
 	coll, err := ebpf.NewCollection(mapsOnly)
 	if err != nil {
-		return nil, fmt.Errorf("creating BPF maps: %w", err)
+		return nil, nil, fmt.Errorf("creating BPF maps: %w", err)
 	}
-	return coll.Maps, nil
+	return coll.Maps, missing, nil
 }
+
+// kernelBTF is the kernel's BTF, decoded once per process: without a shared
+// cache every program load decodes (copies) all of vmlinux's types again,
+// which dominated start-up on emulated guests.
+var kernelBTF = btf.NewCache()
 
 // loadProgram loads one program against the shared maps, so a program the
 // kernel refuses (a backend it does not allow) does not take the others down.
-func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.Map) (*ebpf.Program, error) {
+func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.Map, missing map[string]error) (*ebpf.Program, error) {
 	one := spec.Copy()
 	one.Programs = map[string]*ebpf.ProgramSpec{name: spec.Programs[name]}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps})
+	for _, ins := range one.Programs[name].Instructions {
+		if err, ok := missing[ins.Reference()]; ok {
+			return nil, fmt.Errorf("program %s: map %s: %w", name, ins.Reference(), err)
+		}
+	}
+	for m := range missing {
+		delete(one.Maps, m)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps, Cache: kernelBTF})
 	if err != nil {
-		return nil, fmt.Errorf("loading %s: %w", name, err)
+		return nil, err // names the program
 	}
 	defer coll.Close()
 	return coll.DetachProgram(name), nil
@@ -240,7 +295,7 @@ func (t *Tracer) maintain() {
 			return
 		case <-tick.C:
 			if err := t.refreshClock(); err != nil {
-				slog.Warn("refreshing the TAI offset", "err", err)
+				slog.Warn("refreshing the clock offset", "err", err)
 			}
 			t.followNamespaces()
 		}

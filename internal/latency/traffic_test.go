@@ -1,9 +1,13 @@
 package latency
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -48,12 +52,15 @@ func delta(before, after hookHists) hookHists {
 	return out
 }
 
-// start starts a tracer for the test and stops it when the test ends.
+// start starts a tracer, on the backend the test run forces, and stops it
+// when the test ends.
 func start(t *testing.T, cfg Config) *Tracer {
 	t.Helper()
 	testenv.RequireRoot(t)
+	cfg.Backend = testenv.Backend(t)
 	tr, err := Start(cfg)
 	if err != nil {
+		skipIfKernelLacks(t, cfg.Backend, err)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -69,17 +76,26 @@ func start(t *testing.T, cfg Config) *Tracer {
 // work queue) after our socket asks for it.
 func waitForStamps(t *testing.T, tr *Tracer, p *testenv.Peer) {
 	t.Helper()
+	waitForUDPStart(t, tr, func() { p.UDPToHost(t, testenv.V4, 1, 0) })
+}
+
+// waitForStampsIn is waitForStamps for datagrams received inside the peer's
+// namespace (tracers scoped with -n).
+func waitForStampsIn(t *testing.T, tr *Tracer, p *testenv.Peer) {
+	t.Helper()
+	waitForUDPStart(t, tr, func() { p.UDPToPeer(t, 1) })
+}
+
+func waitForUDPStart(t *testing.T, tr *Tracer, send func()) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		p.UDPToHost(t, testenv.V4, 1, 0)
-		for _, s := range mustRead(t, tr) {
-			if s.Hook == UDPStart.String() && s.Hist.Count() > 0 {
-				return
-			}
+	for totals(t, tr).of(UDPStart).Count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no RX-stamped packet reached udp-start within 5s")
 		}
+		send()
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("no RX-stamped packet reached udp-start within 5s")
 }
 
 func mustRead(t *testing.T, tr *Tracer) []hist.Series {
@@ -89,4 +105,19 @@ func mustRead(t *testing.T, tr *Tracer) []hist.Series {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// skipIfKernelLacks marks the test unsupported when a forced backend cannot
+// give a hook what it needs on this kernel (a missing program type,
+// tracepoint or function). A program the verifier rejected is our bug and
+// fails the test, as does any failure under auto.
+func skipIfKernelLacks(t *testing.T, backend features.Backend, err error) {
+	t.Helper()
+	var verifier *ebpf.VerifierError
+	if errors.As(err, &verifier) && len(verifier.Log) > 0 {
+		t.Fatalf("the verifier rejected a program: %+v", verifier)
+	}
+	if backend != features.Auto && errors.Is(err, features.ErrNoBackend) {
+		testenv.Unsupported(t, "%v", err)
+	}
 }
