@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test deps
+.PHONY: build generate check-generated lint test deps bench
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
@@ -26,3 +26,8 @@ lint:
 # packages run one at a time (-p 1) to keep their traffic and checks apart.
 test: deps lint check-generated
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
+
+# The benchmark suite (docs/BENCHMARKS.md): root, about 20 minutes, not part
+# of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
+bench:
+	bench/run.sh $(BENCH_FLAGS)

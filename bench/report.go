@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stacktop/stacktop/bench/internal/rounds"
+)
+
+// renderMarkdown renders the results as the tables docs/BENCHMARKS.md
+// shows, followed by the issue's targets, each marked met or missed.
+func renderMarkdown(cfg config, res *results) string {
+	var b strings.Builder
+	m := res.Machine
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d MiB, Linux %s; %s.\n", m.CPUs, m.Model, m.MemMiB, m.Kernel, m.Version)
+	fmt.Fprintf(&b, "Run: `%s` started %s, took %s.\n\n", res.Command, res.Started.UTC().Format(time.RFC3339), res.Elapsed.Round(time.Second))
+
+	if len(res.Overhead) > 0 {
+		fmt.Fprintf(&b, "### Overhead on nginx (wrk, %s per round, %d rounds per tool)\n\n", cfg.Duration, cfg.Rounds)
+		b.WriteString("Ratios are each tool round over the mean of the baseline rounds before and after it: median [min–max]. ")
+		b.WriteString("The `none` row compares each baseline round with its neighbours: the noise floor.\n\n")
+		b.WriteString("| path | conns | tool | req/s ratio | p99 ratio | req/s | p99 |\n|---|---:|---|---|---|---:|---:|\n")
+		for _, o := range res.Overhead {
+			for _, r := range o.Ratios {
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f | %s |\n", o.Path, o.Conns, r.Tool,
+					ratio(r.RPS), ratio(r.P99), r.AbsRPS.Median, us(r.AbsP99.Median))
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	if len(res.Cost) > 0 {
+		b.WriteString("### Cost per event (BPF run-time statistics, loopback load)\n\n")
+		b.WriteString("| tool | program | type | runs/s | ns/run | verified insns |\n|---|---|---|---:|---:|---:|\n")
+		for _, c := range res.Cost {
+			for _, p := range c.Programs {
+				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec, p.NsPerRun, p.Verified)
+			}
+			runs, ns := weighted(c)
+			fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | CPU in BPF: **%.2f%%** of one core |\n", c.Tool, runs, ns, 100*c.BPFShare)
+		}
+		b.WriteString("\n")
+	}
+
+	if len(res.UserSpace) > 0 || res.Churn != nil {
+		b.WriteString("### User space: `stacktop stream --format json --interval 1s`\n\n")
+		b.WriteString("| idle connections | CPU (% of one core) | max RSS | our records/s | lost | map full | set-up |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, u := range res.UserSpace {
+			fmt.Fprintf(&b, "| %d | %.2f%% | %.1f MiB | %.0f | %d | %d | %s |\n", u.Conns, 100*u.CPU, mib(u.RSSMax),
+				u.RecordsPerSec, u.Loss.Lost, u.Loss.MapFull, u.Setup.Round(100*time.Millisecond))
+		}
+		if c := res.Churn; c != nil {
+			fmt.Fprintf(&b, "\nChurn: %d connections/s asked, %.0f/s achieved (%d opened, %d failed, %d behind) over %s: "+
+				"stream CPU %.2f%% of one core, max RSS %.1f MiB, %d `new` and %d `closed` records about them "+
+				"(both ends of each are local: %d expected each), lost %d, map full %d.\n",
+				c.Rate, c.Achieved, c.Load.Opened, c.Load.Failed, c.Load.Behind, c.Load.Elapsed.Round(time.Second),
+				100*c.CPU, mib(c.RSSMax), c.New, c.Closed, 2*c.Load.Opened, c.Loss.Lost, c.Loss.MapFull)
+		}
+		b.WriteString("\n")
+	}
+
+	if len(res.Startup) > 0 {
+		fmt.Fprintf(&b, "### Start-up (%d runs each)\n\n", startupRuns)
+		b.WriteString("| command | exec → first report | maps locked | programs locked |\n|---|---|---:|---:|\n")
+		for _, s := range res.Startup {
+			fmt.Fprintf(&b, "| %s | %.0f ms [%.0f–%.0f] | %.1f KiB in %d maps | %.1f KiB in %d programs |\n", s.Tool,
+				s.FirstReport.Median, s.FirstReport.Min, s.FirstReport.Max,
+				float64(s.Memlock.Maps)/1024, s.Memlock.NMaps, float64(s.Memlock.Progs)/1024, s.Memlock.NProgs)
+		}
+		b.WriteString("\n")
+	}
+
+	if t := targets(res); len(t) > 0 {
+		b.WriteString("### Targets (issue 7)\n\n| target | measured | |\n|---|---|---|\n")
+		for _, row := range t {
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", row.target, row.measured, metOrMissed(row.met))
+		}
+	}
+	return b.String()
+}
+
+func ratio(s rounds.Spread) string {
+	if s.N == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f [%.3f–%.3f]", s.Median, s.Min, s.Max)
+}
+
+func us(v float64) string {
+	return (time.Duration(v * float64(time.Microsecond))).Round(time.Microsecond).String()
+}
+
+func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
+
+// weighted returns a tool's total invocations per second and its average
+// run time per invocation over all its programs.
+func weighted(c costResult) (runsPerSec, nsPerRun float64) {
+	var runs uint64
+	var t time.Duration
+	for _, p := range c.Programs {
+		runs += p.Runs
+		t += p.Runtime
+		runsPerSec += p.RunsPerSec
+	}
+	if runs > 0 {
+		nsPerRun = float64(t.Nanoseconds()) / float64(runs)
+	}
+	return runsPerSec, nsPerRun
+}
+
+type targetRow struct {
+	target, measured string
+	met              bool
+}
+
+func metOrMissed(met bool) string {
+	if met {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// targets checks the results against the issue's targets. Ratios are
+// judged on their median over rounds.
+func targets(res *results) []targetRow {
+	var out []targetRow
+	limits := map[string]float64{"latency": 0.99, "stream": 0.98, "serve": 0.98}
+	for _, o := range res.Overhead {
+		for _, r := range o.Ratios {
+			min, ok := limits[r.Tool]
+			if !ok || r.RPS.N == 0 {
+				continue
+			}
+			where := fmt.Sprintf("%s %s, %d conns", r.Tool, o.Path, o.Conns)
+			out = append(out,
+				targetRow{where + ": req/s ≥ " + pct(min), pct(r.RPS.Median), r.RPS.Median >= min},
+				targetRow{where + ": p99 ≤ 105%", pct(r.P99.Median), r.P99.Median <= 1.05})
+		}
+	}
+	for _, c := range res.Cost {
+		if c.Tool == "latency" {
+			_, ns := weighted(c)
+			out = append(out, targetRow{"latency: ≤ 150 ns per program invocation", fmt.Sprintf("%.0f ns", ns), ns <= 150})
+		}
+	}
+	for _, u := range res.UserSpace {
+		switch u.Conns {
+		case 10000:
+			out = append(out,
+				targetRow{"stream at 10,000 connections: ≤ 2% of one core", fmt.Sprintf("%.2f%%", 100*u.CPU), u.CPU <= 0.02},
+				targetRow{"stream at 10,000 connections: ≤ 100 MiB RSS", fmt.Sprintf("%.1f MiB", mib(u.RSSMax)), u.RSSMax <= 100<<20})
+		case 100000:
+			lost := u.Loss.Lost + u.Loss.MapFull
+			seen := fmt.Sprintf("%d lost, %d map full, %.0f records/s of %d expected", u.Loss.Lost, u.Loss.MapFull, u.RecordsPerSec, 2*u.Conns)
+			out = append(out, targetRow{"100,000 connections tracked without lost events", seen,
+				lost == 0 && u.Loss.Reports > 0 && u.RecordsPerSec >= 0.99*float64(2*u.Conns)})
+		}
+	}
+	return out
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
