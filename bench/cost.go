@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/stacktop/stacktop/bench/internal/bpfobj"
 	"github.com/stacktop/stacktop/bench/internal/httpload"
 	"github.com/stacktop/stacktop/bench/internal/tool"
@@ -33,7 +35,11 @@ func runCost(ctx context.Context, cfg config, env tool.Env, w *workload) ([]cost
 	if err != nil {
 		return nil, err
 	}
-	var out []costResult
+	floor, err := costOfEmpty(cfg, w)
+	if err != nil {
+		return nil, err
+	}
+	out := []costResult{floor}
 	for _, t := range tools {
 		r, err := costOf(ctx, cfg, env, w, t)
 		if err != nil {
@@ -46,17 +52,40 @@ func runCost(ctx context.Context, cfg config, env tool.Env, w *workload) ([]cost
 }
 
 func costOf(ctx context.Context, cfg config, env tool.Env, w *workload, t tool.Tool) (costResult, error) {
-	r := costResult{Tool: t.Name}
 	run, err := tool.Start(ctx, env, t, nil)
 	if err != nil {
-		return r, err
+		return costResult{}, err
 	}
 	defer run.Stop()
 	held, err := bpfobj.HeldBy(run.Pid())
 	if err != nil {
-		return r, err
+		return costResult{}, err
 	}
-	before, err := bpfobj.Stats(held.Progs)
+	return costUnderLoad(cfg, w, t.Name, held.Progs)
+}
+
+// floorTool names the empty program's row in the results.
+const floorTool = "empty program"
+
+// costOfEmpty measures an empty program on a tracepoint every received
+// packet passes (netif_receive_skb): the floor of any program's cost.
+func costOfEmpty(cfg config, w *workload) (costResult, error) {
+	e, err := bpfobj.AttachEmpty("netif_receive_skb")
+	if err != nil {
+		return costResult{}, err
+	}
+	defer e.Close()
+	id, err := e.ID()
+	if err != nil {
+		return costResult{}, err
+	}
+	return costUnderLoad(cfg, w, floorTool, []ebpf.ProgramID{id})
+}
+
+// costUnderLoad runs the loopback load and reads what progs cost meanwhile.
+func costUnderLoad(cfg config, w *workload, name string, progs []ebpf.ProgramID) (costResult, error) {
+	r := costResult{Tool: name}
+	before, err := bpfobj.Stats(progs)
 	if err != nil {
 		return r, err
 	}
@@ -65,7 +94,7 @@ func costOf(ctx context.Context, cfg config, env tool.Env, w *workload, t tool.T
 	if r.Wrk, err = g.Run(url, cfg.Conns[0], cfg.Duration); err != nil {
 		return r, err
 	}
-	after, err := bpfobj.Stats(held.Progs)
+	after, err := bpfobj.Stats(progs)
 	if err != nil {
 		return r, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/bench/internal/httpload"
+	"github.com/stacktop/stacktop/bench/internal/proc"
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 	"github.com/stacktop/stacktop/bench/internal/tool"
 )
@@ -16,11 +17,17 @@ type overheadResult struct {
 	Conns  int             `json:"conns"`
 	Rounds []overheadRound `json:"rounds"`
 	Ratios []rounds.Ratio  `json:"ratios"`
+	// ToolCPU is the median over rounds of each tool's own CPU use.
+	ToolCPU map[string]float64 `json:"tool_cpu"`
 }
 
 type overheadRound struct {
 	Tool string          `json:"tool"`
 	Wrk  httpload.Result `json:"wrk"`
+	// ToolCPU is the tool process's own CPU time per second of the round
+	// (user space plus the system calls it makes; BPF programs run in the
+	// context of the traffic and are not in it).
+	ToolCPU float64 `json:"tool_cpu"`
 }
 
 // runOverhead runs, for every path and connection count, the interleaved
@@ -33,17 +40,29 @@ func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]
 			r := overheadResult{Path: path, Conns: conns}
 			var samples []rounds.Sample
 			for i, name := range schedule {
-				res, err := overheadRound1(ctx, env, w, path, conns, cfg.Duration, name)
+				round, err := overheadRound1(ctx, env, w, path, conns, cfg.Duration, name)
 				if err != nil {
 					return out, fmt.Errorf("%s, %d connections, round %d (%s): %w", path, conns, i+1, name, err)
 				}
+				res := round.Wrk
 				slog.Info("round", "path", path, "conns", conns, "n", fmt.Sprintf("%d/%d", i+1, len(schedule)),
-					"tool", name, "rps", int(res.RPS), "p99", res.P99, "errors", res.Errors)
-				r.Rounds = append(r.Rounds, overheadRound{Tool: name, Wrk: res})
+					"tool", name, "rps", int(res.RPS), "p99", res.P99, "errors", res.Errors,
+					"tool_cpu", fmt.Sprintf("%.1f%%", 100*round.ToolCPU))
+				r.Rounds = append(r.Rounds, round)
 				samples = append(samples, rounds.Sample{Tool: name, RPS: res.RPS,
 					P99: float64(res.P99) / float64(time.Microsecond)})
 			}
 			r.Ratios = rounds.Ratios(samples)
+			r.ToolCPU = map[string]float64{}
+			for _, t := range cfg.Tools {
+				var cpu []float64
+				for _, rr := range r.Rounds {
+					if rr.Tool == t {
+						cpu = append(cpu, rr.ToolCPU)
+					}
+				}
+				r.ToolCPU[t] = rounds.SpreadOf(cpu).Median
+			}
 			out = append(out, r)
 		}
 	}
@@ -51,28 +70,37 @@ func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]
 }
 
 // overheadRound1 runs one round: the tool started and attached, then wrk.
-func overheadRound1(ctx context.Context, env tool.Env, w *workload, path string, conns int, d time.Duration, name string) (httpload.Result, error) {
+func overheadRound1(ctx context.Context, env tool.Env, w *workload, path string, conns int, d time.Duration, name string) (overheadRound, error) {
+	r := overheadRound{Tool: name}
 	tools, err := tool.Lookup([]string{name})
 	if err != nil {
-		return httpload.Result{}, err
+		return r, err
 	}
 	run, err := tool.Start(ctx, env, tools[0], nil)
 	if err != nil {
-		return httpload.Result{}, err
+		return r, err
 	}
 	defer run.Stop()
 	if err := ctx.Err(); err != nil {
-		return httpload.Result{}, err
+		return r, err
 	}
+	var cpu0 time.Duration
+	if run.Pid() != 0 {
+		if cpu0, err = proc.CPUTime(run.Pid()); err != nil {
+			return r, err
+		}
+	}
+	start := time.Now()
 	g, url := w.wrk(path)
-	res, err := g.Run(url, conns, d)
-	if err != nil {
-		return res, err
+	if r.Wrk, err = g.Run(url, conns, d); err != nil {
+		return r, err
 	}
-	select {
-	case <-run.Exited():
-		return res, fmt.Errorf("%s exited during the round", name)
-	default:
+	if run.Pid() != 0 {
+		cpu1, err := proc.CPUTime(run.Pid())
+		if err != nil {
+			return r, fmt.Errorf("%s exited during the round: %w", name, err)
+		}
+		r.ToolCPU = (cpu1 - cpu0).Seconds() / time.Since(start).Seconds()
 	}
-	return res, nil
+	return r, nil
 }

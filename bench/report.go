@@ -20,11 +20,15 @@ func renderMarkdown(cfg config, res *results) string {
 		fmt.Fprintf(&b, "### Overhead on nginx (wrk, %s per round, %d rounds per tool)\n\n", cfg.Duration, cfg.Rounds)
 		b.WriteString("Ratios are each tool round over the mean of the baseline rounds before and after it: median [min–max]. ")
 		b.WriteString("The `none` row compares each baseline round with its neighbours: the noise floor.\n\n")
-		b.WriteString("| path | conns | tool | req/s ratio | p99 ratio | req/s | p99 |\n|---|---:|---|---|---|---:|---:|\n")
+		b.WriteString("| path | conns | tool | req/s ratio | p99 ratio | req/s | p99 | tool CPU |\n|---|---:|---|---|---|---:|---:|---:|\n")
 		for _, o := range res.Overhead {
 			for _, r := range o.Ratios {
-				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f | %s |\n", o.Path, o.Conns, r.Tool,
-					ratio(r.RPS), ratio(r.P99), r.AbsRPS.Median, us(r.AbsP99.Median))
+				cpu := "–"
+				if r.Tool != rounds.Baseline {
+					cpu = fmt.Sprintf("%.1f%%", 100*o.ToolCPU[r.Tool])
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.0f | %s | %s |\n", o.Path, o.Conns, r.Tool,
+					ratio(r.RPS), ratio(r.P99), r.AbsRPS.Median, us(r.AbsP99.Median), cpu)
 			}
 		}
 		b.WriteString("\n")
@@ -32,13 +36,24 @@ func renderMarkdown(cfg config, res *results) string {
 
 	if len(res.Cost) > 0 {
 		b.WriteString("### Cost per event (BPF run-time statistics, loopback load)\n\n")
-		b.WriteString("| tool | program | type | runs/s | ns/run | verified insns |\n|---|---|---|---:|---:|---:|\n")
+		floor := 0.0
+		for _, c := range res.Cost {
+			if c.Tool == floorTool {
+				_, floor = weighted(c)
+			}
+		}
+		fmt.Fprintf(&b, "`above floor` subtracts the %.0f ns an empty program costs per run here (accounting and dispatch).\n\n", floor)
+		b.WriteString("| tool | program | type | runs/s | ns/run | above floor | verified insns |\n|---|---|---|---:|---:|---:|---:|\n")
 		for _, c := range res.Cost {
 			for _, p := range c.Programs {
-				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec, p.NsPerRun, p.Verified)
+				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec,
+					p.NsPerRun, p.NsPerRun-floor, p.Verified)
 			}
-			runs, ns := weighted(c)
-			fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | CPU in BPF: **%.2f%%** of one core |\n", c.Tool, runs, ns, 100*c.BPFShare)
+			if len(c.Programs) > 1 {
+				runs, ns := weighted(c)
+				fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | **%.0f** | CPU in BPF: **%.2f%%** of one core |\n",
+					c.Tool, runs, ns, ns-floor, 100*c.BPFShare)
+			}
 		}
 		b.WriteString("\n")
 	}
@@ -51,11 +66,11 @@ func renderMarkdown(cfg config, res *results) string {
 				u.RecordsPerSec, u.Loss.Lost, u.Loss.MapFull, u.Setup.Round(100*time.Millisecond))
 		}
 		if c := res.Churn; c != nil {
-			fmt.Fprintf(&b, "\nChurn: %d connections/s asked, %.0f/s achieved (%d opened, %d failed, %d behind) over %s: "+
-				"stream CPU %.2f%% of one core, max RSS %.1f MiB, %d `new` and %d `closed` records about them "+
-				"(both ends of each are local: %d expected each), lost %d, map full %d.\n",
+			fmt.Fprintf(&b, "\nChurn: %d connections/s asked, %.0f/s achieved (%d opened and closed, %d failed, %d behind) over %s: "+
+				"stream CPU %.2f%% of one core, max RSS %.1f MiB; %d `closed` records about them (%d sockets: both ends are local), "+
+				"%d `new`; lost %d, map full %d.\n",
 				c.Rate, c.Achieved, c.Load.Opened, c.Load.Failed, c.Load.Behind, c.Load.Elapsed.Round(time.Second),
-				100*c.CPU, mib(c.RSSMax), c.New, c.Closed, 2*c.Load.Opened, c.Loss.Lost, c.Loss.MapFull)
+				100*c.CPU, mib(c.RSSMax), c.Closed, 2*c.Load.Opened, c.New, c.Loss.Lost, c.Loss.MapFull)
 		}
 		b.WriteString("\n")
 	}
