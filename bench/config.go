@@ -30,6 +30,7 @@ type config struct {
 	Churn    int
 	Window   time.Duration
 	Pin      bool
+	Profile  bool
 	Port     int
 }
 
@@ -53,6 +54,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.Churn, "churn", 10000, "userspace: connections opened and closed per second (0: skip)")
 	fs.DurationVar(&c.Window, "window", 10*time.Second, "userspace: CPU sampling window and churn duration")
 	fs.BoolVar(&c.Pin, "pin", runtime.NumCPU() >= 2, "pin the nginx worker to CPU 0 and wrk to CPU 1")
+	fs.BoolVar(&c.Profile, "profile", false, "userspace: after each window, profile the stream with perf for as long (perf report in -out)")
 	fs.IntVar(&c.Port, "port", 18150, "first of the TCP ports the benchmark uses (it takes four)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -151,7 +153,7 @@ func (c config) estimate() time.Duration {
 		d += time.Duration(len(c.Tools)) * perRound
 	}
 	if c.has("userspace") {
-		d += time.Duration(len(c.Scale)) * (c.Window + 15*time.Second)
+		d += time.Duration(len(c.Scale)) * (2*c.Window + 20*time.Second)
 		if c.Churn > 0 {
 			d += c.Window + 5*time.Second
 		}

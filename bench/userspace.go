@@ -16,7 +16,8 @@ import (
 )
 
 type userspaceResult struct {
-	Conns int `json:"conns"`
+	Conns  int    `json:"conns"`
+	Output string `json:"output"` // what the stream printed
 	usage
 	// RecordsPerSec counts the stream's records about the benchmark's own
 	// connections per second of the window: about 2×Conns at a 1 s
@@ -53,13 +54,15 @@ func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceRes
 	}
 	var out []userspaceResult
 	for _, n := range cfg.Scale {
-		r, err := trackIdle(ctx, cfg, env, stream[0], n)
+		rs, err := trackIdle(ctx, cfg, env, stream[0], n)
 		if err != nil {
 			return out, nil, fmt.Errorf("%d connections: %w", n, err)
 		}
-		slog.Info("userspace", "conns", n, "cpu", fmt.Sprintf("%.2f%%", 100*r.CPU), "rss_mib", r.RSSMax>>20,
-			"records_per_sec", int(r.RecordsPerSec), "lost", r.Loss.Lost, "map_full", r.Loss.MapFull)
-		out = append(out, r)
+		for _, r := range rs {
+			slog.Info("userspace", "conns", n, "output", r.Output, "cpu", fmt.Sprintf("%.2f%%", 100*r.CPU),
+				"rss_mib", r.RSSMax>>20, "records_per_sec", int(r.RecordsPerSec), "lost", r.Loss.Lost, "map_full", r.Loss.MapFull)
+		}
+		out = append(out, rs...)
 	}
 	if cfg.Churn == 0 {
 		return out, nil, nil
@@ -72,35 +75,59 @@ func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceRes
 	return out, c, nil
 }
 
-// trackIdle starts the stream, then opens n idle connections and measures
-// the stream's CPU and memory once they are all open.
-func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, n int) (userspaceResult, error) {
-	r := userspaceResult{Conns: n}
+// trackIdle measures the stream with n idle connections open, twice. First
+// printing every record: the stream is started before the connections, so
+// their opening is a burst of events it must not lose. Then with the output
+// filtered down to nothing (--port 9, a port nothing here uses): the cost of
+// tracking the connections without formatting them, started while they are
+// open and still running when they all close.
+func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, n int) ([]userspaceResult, error) {
+	all := userspaceResult{Conns: n, Output: "every record"}
 	watch := &streamWatch{}
 	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
 	defer run.Stop()
 	start := time.Now()
 	hold, err := startHolders(n, cfg.holdPort())
 	if err != nil {
-		return r, err
+		return nil, err
 	}
 	defer hold.stop()
-	r.Setup = time.Since(start)
+	all.Setup = time.Since(start)
 	time.Sleep(2 * time.Second) // two refreshes: every connection has been reported
 	watch.reset()
-	if r.usage, err = measure(ctx, run, cfg.Window); err != nil {
-		return r, err
+	if all.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return nil, err
 	}
-	r.RecordsPerSec = float64(watch.snapshot().ours) / cfg.Window.Seconds()
+	s := watch.snapshot()
+	all.RecordsPerSec = float64(s.ours) / cfg.Window.Seconds()
+	all.Loss = s.loss
+	if cfg.Profile {
+		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-all", n), cfg.Window)
+	}
+	run.Stop()
+
+	quiet := userspaceResult{Conns: n, Output: "none (--port 9)"}
+	watch = &streamWatch{}
+	if run, err = tool.Start(ctx, env, stream, watch, append(streamArgs, "--port", "9")...); err != nil {
+		return nil, err
+	}
+	defer run.Stop()
+	time.Sleep(2 * time.Second)
+	if quiet.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return nil, err
+	}
+	if cfg.Profile {
+		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-quiet", n), cfg.Window)
+	}
 	if err := hold.stop(); err != nil {
-		return r, err
+		return nil, err
 	}
-	time.Sleep(2 * time.Second) // the closed events are reported
-	r.Loss = watch.snapshot().loss
-	return r, nil
+	time.Sleep(2 * time.Second) // the closes are processed
+	quiet.Loss = watch.snapshot().loss
+	return []userspaceResult{all, quiet}, nil
 }
 
 // churn runs the stream while connections open and close at cfg.Churn per
