@@ -33,6 +33,12 @@ typedef _Bool bool;
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 #define NF_ACCEPT 1
+#define NFPROTO_IPV4 2
+#define NFPROTO_IPV6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define MSG_PEEK 2
+#define MSG_ERRQUEUE 0x2000
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
@@ -106,6 +112,11 @@ struct sock {
 	u16 sk_protocol;
 	u16 sk_type;
 	struct sock_cgroup_data sk_cgrp_data;
+	struct {
+		struct sk_buff *head;
+		struct sk_buff *tail;
+	} sk_backlog;
+	int sk_rx_dst_ifindex;
 };
 
 struct kernfs_node {
@@ -114,6 +125,14 @@ struct kernfs_node {
 
 struct cgroup {
 	struct kernfs_node *kn;
+};
+
+struct rb_node {
+	struct rb_node *rb_left;
+};
+
+struct rb_root {
+	struct rb_node *rb_node;
 };
 
 struct inet_connection_sock {
@@ -137,6 +156,20 @@ struct tcp_sock {
 	u32 snd_una;
 	u32 snd_nxt;
 	u32 mss_cache;
+	u32 rcv_wup;
+	u32 rcv_wnd;
+	u32 rcv_ooopack;
+	struct rb_root out_of_order_queue;
+	struct sk_buff *ooo_last_skb;
+};
+
+struct tcp_skb_cb {
+	__u32 seq;
+	__u32 end_seq;
+};
+
+struct udp_sock {
+	struct sk_buff_head reader_queue;
 };
 
 struct skb_shared_info {

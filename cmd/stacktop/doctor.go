@@ -3,12 +3,17 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 )
 
@@ -30,11 +35,15 @@ accepted it and, if not, the error it answered with.`,
 				return err
 			}
 			rep := features.Detect()
+			hooks := probeHooks()
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return enc.Encode(struct {
+					*features.Report
+					Hooks map[string][]features.Choice `json:"hooks"`
+				}{rep, hooks})
 			}
 			fmt.Fprintf(out, "kernel %s\n\n", rep.Kernel)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -46,9 +55,60 @@ accepted it and, if not, the error it answered with.`,
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, status, p.Reason)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return writeHookChoices(out, hooks)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")
 	return cmd
+}
+
+// hookProbers attach each command's hooks once and report the backend each
+// got; a command with hooks adds its line here.
+var hookProbers = map[string]func() ([]features.Choice, error){
+	"latency": func() ([]features.Choice, error) { return latency.Probe(features.Auto) },
+	"top/stream": func() ([]features.Choice, error) {
+		t, err := conntrack.Open(conntrack.Config{})
+		if err != nil {
+			return nil, err
+		}
+		defer t.Close()
+		return t.Choices(), nil
+	},
+}
+
+// probeHooks runs every prober; a hook no backend could attach shows up with
+// an empty backend and its refusals, so the error itself adds nothing.
+func probeHooks() map[string][]features.Choice {
+	out := map[string][]features.Choice{}
+	for cmd, probe := range hookProbers {
+		out[cmd], _ = probe()
+	}
+	return out
+}
+
+func writeHookChoices(w io.Writer, hooks map[string][]features.Choice) error {
+	cmds := make([]string, 0, len(hooks))
+	for c := range hooks {
+		cmds = append(cmds, c)
+	}
+	sort.Strings(cmds)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCOMMAND\tHOOK\tBACKEND\tREFUSED")
+	for _, cmd := range cmds {
+		for _, c := range hooks[cmd] {
+			backend := string(c.Backend)
+			if backend == "" {
+				backend = "none"
+			}
+			refused := make([]string, len(c.Refused))
+			for i, r := range c.Refused {
+				refused[i] = fmt.Sprintf("%s: %s", r.Backend, r.Reason)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cmd, c.Hook, backend, strings.Join(refused, "; "))
+		}
+	}
+	return tw.Flush()
 }

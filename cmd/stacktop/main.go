@@ -70,6 +70,9 @@ and exports both to Prometheus (stacktop serve).`,
 	root.SetErr(stderr)
 	root.PersistentFlags().String("log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
+	root.AddCommand(newLatencyCmd())
+	root.AddCommand(newTopCmd(), newStreamCmd())
+	makeTop(root)
 	return root
 }
 

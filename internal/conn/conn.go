@@ -31,6 +31,7 @@ type Record struct {
 	PID        uint32     `json:"pid"`
 	Comm       string     `json:"comm"`
 	Cgroup     string     `json:"cgroup"`
+	Netns      uint32     `json:"netns"` // network namespace inode (as in /proc/PID/ns/net)
 	State      string     `json:"state"` // TCP state name, or "UDP"
 	BytesIn    uint64     `json:"bytes_in"`
 	BytesOut   uint64     `json:"bytes_out"`

@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Connection tracking for `stacktop top/stream`.
+ *
+ * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
+ * lifecycle comes from tp_btf/inet_sock_set_state; bytes are the return
+ * values of sock_sendmsg/sock_recvmsg (tp_btf/sock_send_length and
+ * sock_recv_length), i.e. bytes that actually moved; segments, smoothed RTT
+ * and retransmits are copied from the kernel's own tcp_sock counters at every
+ * event of the socket. When a socket reaches TCP_CLOSE its final entry goes
+ * to the ring buffer and the entry is deleted.
+ *
+ * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
+ * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
+ * datagram with its socket, so unconnected sockets are split by peer.
+ *
+ * Owners (pid, comm, cgroup, netns) are taken only in process context (the
+ * send/recv syscalls, connect and listen) and kept with the socket: in the
+ * TCP entry itself, and for UDP in the `owners` LRU map keyed by cookie,
+ * which the softirq-side cgroup_skb programs read. The current task in
+ * softirq is whoever was interrupted and is never used.
+ */
+#include "stacktop.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
+#define TCP_CLOSE 7
+#define TCP_LISTEN 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define MSG_PEEK 2
+
+#define MAX_CONNS 65536
+#define MAX_FLOWS 65536
+
+enum drop_counter {
+	DROP_LOST = 0,     /* ring buffer full: a closed event was not delivered */
+	DROP_MAP_FULL = 1, /* a new connection or flow found its map full */
+	DROP_NR,
+};
+
+enum conn_flags {
+	CONN_PARTIAL = 1, /* first seen after its start: counters are incomplete */
+};
+
+struct owner {
+	u64 cgroup_id;
+	u32 pid;
+	u32 netns;
+	char comm[16];
+};
+
+struct conn {
+	u64 cookie;
+	u64 bytes_in;
+	u64 bytes_out;
+	u64 packets_in;
+	u64 packets_out;
+	struct owner owner;
+	u32 srtt_us;
+	u32 retrans;
+	u8 saddr[16];
+	u8 daddr[16];
+	u16 sport;
+	u16 dport;
+	u16 family;
+	u8 state;
+	u8 flags;
+};
+
+struct flow_key {
+	u64 cookie;
+	u8 laddr[16];
+	u8 raddr[16];
+	u16 lport;
+	u16 rport;
+	u16 family;
+	u16 pad;
+};
+
+struct flow {
+	u64 bytes_in;
+	u64 bytes_out;
+	u64 packets_in;
+	u64 packets_out;
+	u64 last_ns; /* bpf_ktime_get_ns of the last datagram, for idle expiry */
+	u64 cgroup_id;
+	struct owner owner;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, u64);
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct flow_key);
+	__type(value, struct flow);
+} flows SEC(".maps");
+
+/* UDP sockets have no lifecycle tracepoint, so their owners live in an LRU
+ * map that forgets sockets nobody has used for a while. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FLOWS);
+	__type(key, u64);
+	__type(value, struct owner);
+} owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} closed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_NR);
+	__type(key, u32);
+	__type(value, u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(u32 which)
+{
+	u64 *v = bpf_map_lookup_elem(&drops, &which);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline u32 sock_netns(const struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+}
+
+/* set_owner records the current task: call it only in process context. */
+static __always_inline void set_owner(struct owner *o, const struct sock *sk)
+{
+	o->pid = bpf_get_current_pid_tgid() >> 32;
+	o->cgroup_id = bpf_get_current_cgroup_id();
+	o->netns = sock_netns(sk);
+	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+static __always_inline bool is_inet(const struct sock *sk, u16 type, u16 protocol)
+{
+	u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	return (family == AF_INET || family == AF_INET6) && BPF_CORE_READ(sk, sk_type) == type &&
+	       BPF_CORE_READ(sk, sk_protocol) == protocol;
+}
+
+/* refresh copies what changes over a connection's life from the socket. */
+static __always_inline void refresh(struct conn *c, const struct sock *sk)
+{
+	const struct tcp_sock *tp = (const void *)sk;
+
+	c->packets_in = BPF_CORE_READ(tp, segs_in);
+	c->packets_out = BPF_CORE_READ(tp, segs_out);
+	c->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+	c->retrans = BPF_CORE_READ(tp, total_retrans);
+	c->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	c->owner.netns = sock_netns(sk); /* the socket's, known even before its owner */
+}
+
+/* read_tuple copies the addresses and ports. A connecting socket gets its
+ * local address and port during connect(), so it is read on every event but
+ * the last: by the time TCP_CLOSE is traced, inet_put_port() has already
+ * zeroed the local port. */
+static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
+{
+	c->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (c->family == AF_INET) {
+		bpf_core_read(c->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(c->daddr, 4, &sk->__sk_common.skc_daddr);
+	} else {
+		bpf_core_read(c->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(c->daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	c->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	c->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+}
+
+/* tcp_entry returns the socket's entry, creating it when create is set. */
+static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool create, u8 flags)
+{
+	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
+	if (c || !create)
+		return c;
+	struct conn fresh = { .cookie = cookie, .flags = flags };
+	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU created it first */) {
+		count_drop(DROP_MAP_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&conns, &cookie);
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+{
+	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
+		return 0;
+	u64 cookie = bpf_get_socket_cookie(sk);
+	/* These transitions start a socket's life, the first two in the
+	 * process calling connect() or listen(). A child socket is cloned from
+	 * its listener straight into SYN_RECV, in softirq. */
+	bool born = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_SYN_RECV;
+	if (born)
+		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
+	struct conn *c = tcp_entry(sk, cookie, true, born ? 0 : CONN_PARTIAL);
+	if (!c)
+		return 0;
+	if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN)
+		set_owner(&c->owner, sk);
+	refresh(c, sk);
+	if (newstate != TCP_CLOSE || !c->family)
+		read_tuple(c, sk);
+	c->state = newstate; /* the socket's own field changes after the tracepoint */
+	if (newstate != TCP_CLOSE)
+		return 0;
+	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
+		count_drop(DROP_LOST);
+	bpf_map_delete_elem(&conns, &cookie);
+	return 0;
+}
+
+static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
+{
+	/* A failed or peeking call moved no bytes, but it still tells whose
+	 * socket this is (an accepted socket's first read is often EAGAIN). */
+	if (ret < 0 || (in && (flags & MSG_PEEK)))
+		ret = 0;
+	u64 cookie = bpf_get_socket_cookie(sk);
+	if (is_inet(sk, SOCK_DGRAM, IPPROTO_UDP)) {
+		struct owner *known = bpf_map_lookup_elem(&owners, &cookie);
+		if (known && known->pid == bpf_get_current_pid_tgid() >> 32)
+			return; /* the common case: spare a hash update per datagram */
+		struct owner o = {};
+		set_owner(&o, sk);
+		bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
+		return;
+	}
+	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
+		return;
+	/* A closed socket has reported its totals already: do not revive it. */
+	bool alive = BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_CLOSE;
+	struct conn *c = tcp_entry(sk, cookie, alive, CONN_PARTIAL);
+	if (!c)
+		return;
+	if (ret && in)
+		__sync_fetch_and_add(&c->bytes_in, ret);
+	else if (ret)
+		__sync_fetch_and_add(&c->bytes_out, ret);
+	set_owner(&c->owner, sk);
+	refresh(c, sk);
+	read_tuple(c, sk);
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(conns_send, struct sock *sk, int ret, int flags)
+{
+	socket_io(sk, ret, flags, false);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(conns_recv, struct sock *sk, int ret, int flags)
+{
+	socket_io(sk, ret, flags, true);
+	return 0;
+}
+
+/* parse_udp fills the flow key's addresses and ports from the packet (which
+ * starts at the network header in cgroup_skb) and returns the UDP payload
+ * length, or -1 for anything that is not a first-fragment UDP datagram. */
+static __always_inline int parse_udp(struct __sk_buff *skb, struct flow_key *k, bool ingress)
+{
+	u32 l4;
+	u8 *src, *dst;
+	struct {
+		u8 ver_ihl, tos;
+		u16 len, id, frag;
+		u8 ttl, proto;
+		u16 csum;
+		u8 saddr[4], daddr[4];
+	} ip4;
+	struct {
+		u32 ver_flow;
+		u16 len;
+		u8 nexthdr, hop;
+		u8 saddr[16], daddr[16];
+	} ip6;
+	struct {
+		u16 sport, dport, len, csum;
+	} udp;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(skb, 0, &ip4, sizeof(ip4)))
+			return -1;
+		if (ip4.proto != IPPROTO_UDP || (bpf_ntohs(ip4.frag) & 0x1fff))
+			return -1;
+		l4 = (ip4.ver_ihl & 0xf) * 4;
+		k->family = AF_INET;
+		src = ip4.saddr;
+		dst = ip4.daddr;
+		__builtin_memcpy(ingress ? k->raddr : k->laddr, src, 4);
+		__builtin_memcpy(ingress ? k->laddr : k->raddr, dst, 4);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
+			return -1;
+		if (ip6.nexthdr != IPPROTO_UDP) /* extension headers: not followed */
+			return -1;
+		l4 = sizeof(ip6);
+		k->family = AF_INET6;
+		__builtin_memcpy(ingress ? k->raddr : k->laddr, ip6.saddr, 16);
+		__builtin_memcpy(ingress ? k->laddr : k->raddr, ip6.daddr, 16);
+	} else {
+		return -1;
+	}
+	if (bpf_skb_load_bytes(skb, l4, &udp, sizeof(udp)))
+		return -1;
+	k->lport = bpf_ntohs(ingress ? udp.dport : udp.sport);
+	k->rport = bpf_ntohs(ingress ? udp.sport : udp.dport);
+	int payload = (int)bpf_ntohs(udp.len) - (int)sizeof(udp);
+	return payload < 0 ? -1 : payload;
+}
+
+static __always_inline void udp_packet(struct __sk_buff *skb, bool ingress)
+{
+	struct bpf_sock *sk = skb->sk;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->type != SOCK_DGRAM || sk->protocol != IPPROTO_UDP)
+		return;
+	struct flow_key k = {};
+	int payload = parse_udp(skb, &k, ingress);
+	if (payload < 0)
+		return;
+	k.cookie = bpf_get_socket_cookie(skb);
+
+	struct flow *f = bpf_map_lookup_elem(&flows, &k);
+	if (!f) {
+		struct flow fresh = { .cgroup_id = bpf_skb_cgroup_id(skb) };
+		long err = bpf_map_update_elem(&flows, &k, &fresh, BPF_NOEXIST);
+		if (err && err != -17) {
+			count_drop(DROP_MAP_FULL);
+			return;
+		}
+		f = bpf_map_lookup_elem(&flows, &k);
+		if (!f)
+			return;
+	}
+	if (!f->owner.pid) {
+		struct owner *o = bpf_map_lookup_elem(&owners, &k.cookie);
+		if (o)
+			f->owner = *o;
+	}
+	if (ingress) {
+		__sync_fetch_and_add(&f->bytes_in, payload);
+		__sync_fetch_and_add(&f->packets_in, 1);
+	} else {
+		__sync_fetch_and_add(&f->bytes_out, payload);
+		__sync_fetch_and_add(&f->packets_out, 1);
+	}
+	f->last_ns = bpf_ktime_get_ns();
+}
+
+SEC("cgroup_skb/ingress")
+int conns_udp_ingress(struct __sk_buff *skb)
+{
+	udp_packet(skb, true);
+	return 1; /* observe only: always let the packet pass */
+}
+
+SEC("cgroup_skb/egress")
+int conns_udp_egress(struct __sk_buff *skb)
+{
+	udp_packet(skb, false);
+	return 1;
+}

@@ -1,0 +1,684 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * netstacklat on the tracepoint backend: how long received packets have been
+ * inside the host network stack when they reach each layer, aggregated into
+ * per-CPU log2 histograms (ebpf_exporter exp2 semantics) in the kernel.
+ *
+ * latency = realtime now - skb->tstamp, where skb->tstamp is the RX software
+ * timestamp (CLOCK_REALTIME) taken at netif_receive_skb/netif_rx while user
+ * space holds a socket with SOF_TIMESTAMPING_RX_SOFTWARE open.
+ */
+#include "stacktop.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Hook ids: the order is the order of internal/latency.Hooks. */
+enum hook {
+	HOOK_IP_START,
+	HOOK_TCP_START,
+	HOOK_UDP_START,
+	HOOK_TCP_SOCK_ENQUEUED,
+	HOOK_UDP_SOCK_ENQUEUED,
+	HOOK_TCP_SOCK_READ,
+	HOOK_UDP_SOCK_READ,
+	N_HOOKS,
+};
+
+/* Why a packet seen at a hook was or was not recorded (debug counters). */
+enum reason {
+	REASON_RECORDED,
+	REASON_NO_STAMP,       /* skb->tstamp == 0: timestamping was off when it arrived */
+	REASON_FUTURE_STAMP,   /* stamp after now: clock stepped, or not an RX stamp */
+	REASON_DELIVERY_TIME,  /* monotonic/TAI delivery time (locally generated TCP, EDT) */
+	REASON_HIST_FULL,      /* no room for a new (hook, iface, cgroup) histogram */
+	REASON_HOL_BLOCKED,    /* TCP read possibly delayed by head-of-line blocking, excluded */
+	REASON_FIFO_FULL,      /* UDP read FIFO full: datagram enqueued but not tracked */
+	REASON_READ_UNTRACKED, /* UDP read of a datagram the FIFO does not know */
+	N_REASONS,
+};
+
+#define MAX_SLOT 34 /* internal/hist.MaxSlot */
+#define SUM_SLOT (MAX_SLOT + 1)
+
+struct hist_key {
+	__u64 cgroup;
+	__u32 ifindex;
+	__u16 hook;
+	__u16 pad;
+};
+
+struct hist_value {
+	__u64 slots[SUM_SLOT + 1];
+};
+
+/* Configuration, fixed at load time by user space. */
+volatile const __u32 netns_inum = 0;    /* 0: every namespace */
+volatile const __u32 min_queue_len = 0; /* 0: no queue-length filter */
+volatile const bool filter_pid = false;
+volatile const bool filter_ifindex = false;
+volatile const bool filter_cgroup = false;
+volatile const bool group_by_ifindex = false;
+volatile const bool group_by_cgroup = false;
+volatile const bool include_hol_blocked = false;
+
+/*
+ * Which backend records each hook (enum hook -> BACKEND_*), written by user
+ * space once the hook's backend is chosen. Programs shared by several hooks
+ * (the LOCAL_IN one serves tcp-start and udp-start) record only the hooks
+ * that chose their backend, so another backend may take the others.
+ */
+#define BACKEND_TRACEPOINT 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, N_HOOKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} hook_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024); /* resized by user space */
+	__type(key, struct hist_key);
+	__type(value, struct hist_value);
+} hists SEC(".maps");
+
+/* Never written: the initial value of a new histogram (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hist_value);
+} empty_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_HOOKS * N_REASONS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/*
+ * CLOCK_TAI - CLOCK_REALTIME in ns, from adjtimex, refreshed by user space so
+ * a leap second or an NTP-set TAI offset does not skew every sample. A kernel
+ * without bpf_ktime_get_tai_ns (< 6.1) would keep "realtime - monotonic" here
+ * instead and add it to bpf_ktime_get_ns().
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} clock_offset SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8);
+} pid_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u8);
+} ifindex_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, __u8);
+} cgroup_filter SEC(".maps");
+
+/* A received skb as remembered between two tracepoints. */
+struct stamp {
+	__u64 skb;   /* address, only compared, never dereferenced */
+	__s64 tstamp;
+	__u32 ifindex;
+	__u32 skip;  /* enum reason when the stamp is unusable, else 0 */
+};
+
+/* tcp-socket-read: newest stamp copied by the current task's recvmsg. */
+struct pending_read {
+	__u64 sk;
+	struct stamp s;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct pending_read);
+} tcp_reads SEC(".maps");
+
+struct tcp_state {
+	struct stamp last_enqueued; /* receive-queue tail already recorded */
+	__u32 ooo_seen;             /* rcv_ooopack when last looked at */
+	__u32 ooo_end;              /* reads below this sequence may be HOL blocked */
+	__u32 ooo_active;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tcp_state);
+} tcp_states SEC(".maps");
+
+/*
+ * udp-socket-read has no tracepoint that sees the datagram being read, so each
+ * UDP socket keeps a FIFO of the datagrams enqueued (seen at sk_data_ready) and
+ * a read pops, up to the datagram now at the head of the socket's queues, the
+ * ones it consumed.
+ */
+#define FIFO_LEN 64
+#define WALK_BACK 8 /* new skbs looked for behind the tail per sk_data_ready */
+
+struct udp_fifo {
+	struct stamp ring[FIFO_LEN];
+	struct stamp newest; /* newest skb seen at sk_data_ready, pushed or not */
+	__u32 head;          /* free-running; entry i is ring[i % FIFO_LEN] */
+	__u32 tail;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct udp_fifo);
+} udp_fifos SEC(".maps");
+
+static __always_inline bool hook_enabled(__u32 hook)
+{
+	__u32 *backend = bpf_map_lookup_elem(&hook_backends, &hook);
+
+	return backend && *backend == BACKEND_TRACEPOINT;
+}
+
+static __always_inline void count(__u32 hook, __u32 reason)
+{
+	__u32 key = hook * N_REASONS + reason;
+	__u64 *v = bpf_map_lookup_elem(&counters, &key);
+
+	if (v)
+		(*v)++;
+}
+
+static __always_inline __s64 realtime_now(void)
+{
+	__u32 key = 0;
+	__s64 *off = bpf_map_lookup_elem(&clock_offset, &key);
+
+	return bpf_ktime_get_tai_ns() - (off ? *off : 0);
+}
+
+/* hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT. */
+static __always_inline __u32 slot_of(__u64 v)
+{
+	__u32 r = 0;
+
+	if (v <= 1)
+		return 0;
+	v--;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	r++;
+	return r > MAX_SLOT ? MAX_SLOT : r;
+}
+
+static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+{
+	struct hist_key key = { .hook = hook };
+	struct hist_value *h;
+	__s64 now, lat;
+
+	if (s->skip) {
+		count(hook, s->skip);
+		return;
+	}
+	now = realtime_now();
+	if (s->tstamp > now) {
+		count(hook, REASON_FUTURE_STAMP);
+		return;
+	}
+	lat = now - s->tstamp;
+
+	if (group_by_ifindex)
+		key.ifindex = s->ifindex;
+	if (group_by_cgroup)
+		key.cgroup = cgroup;
+	h = bpf_map_lookup_elem(&hists, &key);
+	if (!h) {
+		__u32 zero = 0;
+		struct hist_value *empty = bpf_map_lookup_elem(&empty_hist, &zero);
+
+		if (!empty)
+			return;
+		bpf_map_update_elem(&hists, &key, empty, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&hists, &key);
+		if (!h) {
+			count(hook, REASON_HIST_FULL);
+			return;
+		}
+	}
+	h->slots[slot_of(lat)]++;
+	h->slots[SUM_SLOT] += lat;
+	count(hook, REASON_RECORDED);
+}
+
+/*
+ * read_stamp captures what an skb carries: its RX stamp and interface, or why
+ * the stamp cannot be used. A delivery time (set by the sender for pacing,
+ * kept across veth/loopback until ip_local_deliver_finish) is monotonic or
+ * TAI, not an RX stamp: 6.11+ says so in tstamp_type, 5.18-6.10 in
+ * mono_delivery_time.
+ */
+static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
+{
+	s->skb = (__u64)skb;
+	s->tstamp = BPF_CORE_READ(skb, tstamp);
+	s->ifindex = BPF_CORE_READ(skb, skb_iif);
+	s->skip = 0;
+	if (bpf_core_field_exists(skb->tstamp_type)) {
+		if (BPF_CORE_READ_BITFIELD_PROBED(skb, tstamp_type))
+			s->skip = REASON_DELIVERY_TIME;
+	} else if (bpf_core_field_exists(skb->mono_delivery_time)) {
+		if (BPF_CORE_READ_BITFIELD_PROBED(skb, mono_delivery_time))
+			s->skip = REASON_DELIVERY_TIME;
+	}
+	if (!s->skip && s->tstamp <= 0)
+		s->skip = REASON_NO_STAMP;
+}
+
+static __always_inline bool ifindex_allowed(__u32 ifindex)
+{
+	return !filter_ifindex || bpf_map_lookup_elem(&ifindex_filter, &ifindex);
+}
+
+static __always_inline bool netns_allowed(__u32 inum)
+{
+	return !netns_inum || inum == netns_inum;
+}
+
+static __always_inline __u32 sk_netns(const struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+}
+
+/* Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued. */
+static __always_inline void record_skb(__u32 hook, struct sk_buff *skb, __u32 inum)
+{
+	struct stamp s;
+
+	read_stamp(skb, &s);
+	if (!ifindex_allowed(s.ifindex) || !netns_allowed(inum))
+		return;
+	record(hook, &s, 0);
+}
+
+/* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
+
+static __always_inline __u32 nf_netns(const struct nf_hook_state *state)
+{
+	return BPF_CORE_READ(state, net, ns.inum);
+}
+
+SEC("netfilter")
+int nf_ip_start(struct bpf_nf_ctx *ctx)
+{
+	if (hook_enabled(HOOK_IP_START))
+		record_skb(HOOK_IP_START, ctx->skb, nf_netns(ctx->state));
+	return NF_ACCEPT;
+}
+
+#define IPV6_HOPOPTS 0
+#define IPV6_ROUTING 43
+#define IPV6_FRAGMENT 44
+#define IPV6_DSTOPTS 60
+
+/* l4_protocol returns the transport protocol of an IPv4/IPv6 packet at LOCAL_IN. */
+static __always_inline __u8 l4_protocol(struct sk_buff *skb, __u8 pf)
+{
+	unsigned char *nh = BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, network_header);
+	__u8 proto = 0, ext[2];
+	__u32 off;
+
+	if (pf == NFPROTO_IPV4) {
+		bpf_probe_read_kernel(&proto, 1, nh + 9);
+		return proto;
+	}
+	bpf_probe_read_kernel(&proto, 1, nh + 6);
+	off = 40;
+	/* Extension headers are parsed after LOCAL_IN; skip the common ones. */
+	for (int i = 0; i < 4; i++) {
+		if (proto != IPV6_HOPOPTS && proto != IPV6_ROUTING && proto != IPV6_DSTOPTS &&
+		    proto != IPV6_FRAGMENT)
+			break;
+		if (bpf_probe_read_kernel(ext, 2, nh + off))
+			return 0;
+		off += proto == IPV6_FRAGMENT ? 8 : (ext[1] + 1) * 8;
+		proto = ext[0];
+	}
+	return proto;
+}
+
+SEC("netfilter")
+int nf_l4_start(struct bpf_nf_ctx *ctx)
+{
+	const struct nf_hook_state *state = ctx->state;
+	struct sk_buff *skb = ctx->skb;
+	__u32 hook;
+
+	switch (l4_protocol(skb, BPF_CORE_READ(state, pf))) {
+	case IPPROTO_TCP:
+		hook = HOOK_TCP_START;
+		break;
+	case IPPROTO_UDP:
+		hook = HOOK_UDP_START;
+		break;
+	default:
+		return NF_ACCEPT;
+	}
+	if (hook_enabled(hook))
+		record_skb(hook, skb, nf_netns(state));
+	return NF_ACCEPT;
+}
+
+/* ---- socket-read filters (applied where netstacklat applies them) ---- */
+
+static __always_inline __u32 socket_queue_len(const struct sock *sk, bool udp)
+{
+	__u32 n = BPF_CORE_READ(sk, sk_receive_queue.qlen);
+
+	if (udp)
+		n += BPF_CORE_READ((struct udp_sock *)sk, reader_queue.qlen);
+	return n;
+}
+
+static __always_inline bool queue_long_enough(const struct sock *sk, bool udp)
+{
+	if (!min_queue_len || socket_queue_len(sk, udp) >= min_queue_len)
+		return true;
+	/* The backlog's length is in bytes, not skbs: any backlog passes. */
+	return BPF_CORE_READ(sk, sk_backlog.tail) != NULL;
+}
+
+static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
+{
+	__u64 cgroup = 0;
+
+	if (!queue_long_enough(sk, hook == HOOK_UDP_SOCK_READ))
+		return;
+	if (filter_pid) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+		if (!bpf_map_lookup_elem(&pid_filter, &tgid))
+			return;
+	}
+	if (filter_cgroup || group_by_cgroup)
+		cgroup = bpf_get_current_cgroup_id();
+	if (filter_cgroup && !bpf_map_lookup_elem(&cgroup_filter, &cgroup))
+		return;
+	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
+		return;
+	record(hook, s, cgroup);
+}
+
+/* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
+
+static __always_inline bool same_skb(const struct stamp *a, const struct stamp *b)
+{
+	return a->skb == b->skb && a->tstamp == b->tstamp;
+}
+
+static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
+{
+	struct tcp_state *st;
+	struct stamp s;
+
+	read_stamp(tail, &s);
+	st = bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return;
+	/* sk_data_ready also fires without new data (accept, urgent data,
+	 * wakeups); a coalesced tail carries the newest segment's stamp. */
+	if (same_skb(&st->last_enqueued, &s))
+		return;
+	st->last_enqueued = s;
+	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
+		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0);
+}
+
+static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
+{
+	__u32 tail = f->tail;
+
+	if (tail - f->head >= FIFO_LEN) {
+		count(HOOK_UDP_SOCK_READ, REASON_FIFO_FULL);
+		return;
+	}
+	f->ring[tail % FIFO_LEN] = *s;
+	barrier();
+	f->tail = tail + 1;
+}
+
+static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel)
+{
+	struct sk_buff *skb = tail;
+	struct stamp fresh[WALK_BACK];
+	struct udp_fifo *f;
+	int n = 0;
+
+	f = bpf_sk_storage_get(&udp_fifos, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!f)
+		return;
+	/* One sk_data_ready may follow several enqueues (6.18 batches UDP
+	 * enqueues per NUMA node), so look behind the tail for every skb newer
+	 * than the newest one already seen. */
+	for (int i = 0; i < WALK_BACK; i++) {
+		if ((void *)skb == sentinel || !skb)
+			break;
+		read_stamp(skb, &fresh[i]);
+		if (same_skb(&fresh[i], &f->newest))
+			break;
+		n++;
+		skb = BPF_CORE_READ(skb, prev);
+	}
+	if (n == 0)
+		return;
+	f->newest = fresh[0];
+	for (int i = WALK_BACK - 1; i >= 0; i--) {
+		if (i >= n)
+			continue;
+		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
+		    netns_allowed(sk_netns(sk)))
+			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0);
+		if (hook_enabled(HOOK_UDP_SOCK_READ))
+			fifo_push(f, &fresh[i]);
+	}
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(tp_sk_data_ready, struct sock *sk)
+{
+	void *queue = __builtin_preserve_access_index(&sk->sk_receive_queue);
+	struct sk_buff *tail = BPF_CORE_READ(sk, sk_receive_queue.prev);
+	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+	__u16 type = BPF_CORE_READ(sk, sk_type);
+
+	if ((void *)tail == queue || !tail)
+		return 0;
+	if (proto == IPPROTO_TCP && type == SOCK_STREAM && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
+		tcp_enqueued(sk, tail);
+	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
+		 (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) || hook_enabled(HOOK_UDP_SOCK_READ)))
+		udp_enqueued(sk, tail, queue);
+	return 0;
+}
+
+/* ---- tcp-socket-read: skb_copy_datagram_iovec, then sock_recv_length ---- */
+
+SEC("tp_btf/skb_copy_datagram_iovec")
+int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
+{
+	struct sock *sk = BPF_CORE_READ(skb, sk);
+	struct pending_read *p;
+
+	if (!hook_enabled(HOOK_TCP_SOCK_READ) || !sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	p = bpf_task_storage_get(&tcp_reads, bpf_get_current_task_btf(), NULL,
+				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!p)
+		return 0;
+	/* The queue is in arrival order: the last skb copied is the newest,
+	 * the one tcp_recv_timestamp reports. */
+	p->sk = (__u64)sk;
+	read_stamp(skb, &p->s);
+	return 0;
+}
+
+/* before(a, b) for sequence numbers, as in include/net/tcp.h. */
+static __always_inline bool seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+/* Highest sequence number an out-of-order segment received so far can end at. */
+static __always_inline __u32 ooo_high_water(struct tcp_sock *tp)
+{
+	__u32 rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
+	__u32 wnd_end = BPF_CORE_READ(tp, rcv_wup) + BPF_CORE_READ(tp, rcv_wnd);
+	struct tcp_skb_cb *cb;
+	__u32 end;
+
+	if (seq_before(wnd_end, rcv_nxt))
+		wnd_end = rcv_nxt;
+	if (!BPF_CORE_READ(tp, out_of_order_queue.rb_node))
+		return rcv_nxt; /* everything out of order has been merged */
+	/* TCP_SKB_CB(): the control block lives in skb->cb */
+	cb = (void *)BPF_CORE_READ(tp, ooo_last_skb) + bpf_core_field_offset(struct sk_buff, cb);
+	end = BPF_CORE_READ(cb, end_seq);
+	/* a racy read may see garbage: never trust it beyond the window */
+	if (end == 0 || seq_before(wnd_end, end))
+		return wnd_end;
+	return end;
+}
+
+/*
+ * A read may have waited for a missing segment (head-of-line blocking) when
+ * out-of-order segments arrived since the last look, or when it reads below
+ * the highest sequence number those could cover. Such reads measure the
+ * network's loss recovery, not the host, so they are excluded unless -y.
+ */
+static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	__u32 ooo = BPF_CORE_READ(tp, rcv_ooopack);
+	struct tcp_state *st;
+
+	if (ooo == 0)
+		return false;
+	st = bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return true;
+	if (ooo != st->ooo_seen) {
+		st->ooo_seen = ooo;
+		st->ooo_end = ooo_high_water(tp);
+		st->ooo_active = 1;
+		return true;
+	}
+	if (!st->ooo_active)
+		return false;
+	if (seq_before(st->ooo_end, BPF_CORE_READ(tp, copied_seq))) {
+		st->ooo_active = 0;
+		return false;
+	}
+	return true;
+}
+
+static __always_inline void tcp_read(struct sock *sk, int ret)
+{
+	struct pending_read *p;
+	struct stamp s;
+
+	p = bpf_task_storage_get(&tcp_reads, bpf_get_current_task_btf(), NULL, 0);
+	if (!p || p->sk != (__u64)sk)
+		return;
+	s = p->s;
+	p->sk = 0;
+	if (ret <= 0)
+		return;
+	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
+		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
+		return;
+	}
+	record_read(HOOK_TCP_SOCK_READ, sk, &s);
+}
+
+/* ---- udp-socket-read: pop the FIFO up to the datagram now at the head ---- */
+
+static __always_inline struct sk_buff *queue_head(struct sk_buff_head *q)
+{
+	struct sk_buff *skb = BPF_CORE_READ(q, next);
+
+	return (void *)skb == (void *)q ? NULL : skb;
+}
+
+static __always_inline void udp_read(struct sock *sk, int ret)
+{
+	struct udp_sock *up = (struct udp_sock *)sk;
+	struct sk_buff *head;
+	struct udp_fifo *f;
+	struct stamp h = {}, s;
+	__u32 consumed, first;
+
+	f = bpf_sk_storage_get(&udp_fifos, sk, NULL, 0);
+	if (!f)
+		return;
+	/* recvmsg takes from reader_queue, refilled from sk_receive_queue. */
+	head = queue_head(__builtin_preserve_access_index(&up->reader_queue));
+	if (!head)
+		head = queue_head(__builtin_preserve_access_index(&sk->sk_receive_queue));
+	if (head)
+		read_stamp(head, &h);
+
+	first = f->head;
+	consumed = f->tail - first;
+	for (__u32 i = 0; i < FIFO_LEN; i++) {
+		if (i >= consumed)
+			break;
+		if (head && same_skb(&f->ring[(first + i) % FIFO_LEN], &h)) {
+			consumed = i;
+			break;
+		}
+	}
+	if (consumed == 0) {
+		if (ret >= 0)
+			count(HOOK_UDP_SOCK_READ, REASON_READ_UNTRACKED);
+		return;
+	}
+	s = f->ring[(first + consumed - 1) % FIFO_LEN];
+	f->head = first + consumed;
+	if (ret >= 0)
+		record_read(HOOK_UDP_SOCK_READ, sk, &s);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
+{
+	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+
+	if (flags & MSG_ERRQUEUE)
+		return 0;
+	if (proto == IPPROTO_TCP && hook_enabled(HOOK_TCP_SOCK_READ))
+		tcp_read(sk, ret);
+	else if (proto == IPPROTO_UDP && hook_enabled(HOOK_UDP_SOCK_READ) && !(flags & MSG_PEEK))
+		udp_read(sk, ret);
+	return 0;
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/stacktop/stacktop/internal/cgroup"
+	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/latency"
+	"github.com/stacktop/stacktop/internal/privilege"
+	"github.com/stacktop/stacktop/internal/runopts"
+)
+
+// pidMax is the kernel's PID_MAX_LIMIT: no pid is larger.
+const pidMax = 4 * 1024 * 1024
+
+// latencyFlags are netstacklat's options, with its short letters and meaning.
+type latencyFlags struct {
+	run           runopts.Options
+	list          bool
+	enable        []string
+	disable       []string
+	pids          []string
+	ifaces        []string
+	netns         string
+	cgroups       []string
+	minQueue      string
+	groupIface    bool
+	groupCgroup   bool
+	includeHOL    bool
+	backend       string
+	debugCounters bool
+}
+
+// netstacklatNames maps netstacklat's long option names to ours, so both work.
+var netstacklatNames = map[string]string{
+	"report-interval":       "interval",
+	"pids":                  "pid",
+	"interfaces":            "interface",
+	"network-namespace":     "netns",
+	"cgroups":               "cgroup",
+	"groupby-interface":     "group-by-interface",
+	"groupby-cgroup":        "group-by-cgroup",
+	"include-tcp-hol-delay": "include-hol-delay",
+}
+
+func newLatencyCmd() *cobra.Command {
+	var f latencyFlags
+	cmd := &cobra.Command{
+		Use:   "latency",
+		Short: "Histograms of how long received packets wait inside the host network stack (netstacklat)",
+		Long: `latency measures, in the kernel, how long received packets have been inside the
+host network stack when they reach each layer (now - the packet's RX software
+timestamp) and prints log2 histograms every --interval and once more on exit.
+Counts are cumulative since start. Probes, from the wire up:
+
+  ip-start             reached IP (netfilter PRE_ROUTING, first priority)
+  tcp-start/udp-start  reached TCP/UDP (netfilter LOCAL_IN, last priority)
+  *-socket-enqueued    queued on the socket (sk_data_ready)
+  *-socket-read        read by the application (sock_recv_length)
+
+-p, -c and -q apply to the socket-read probes, -C groups only those (the
+reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
+		Example: `  stacktop latency                       # all probes, report every 5s
+  stacktop latency -e tcp-socket-read -C # time until reads, per cgroup
+  stacktop latency -i eth0 -I -r 1 --format json
+  stacktop latency -l                    # probes and the backend each uses`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLatency(cmd, &f) },
+	}
+	fs := cmd.Flags()
+	f.run.Register(fs, "r", 5*time.Second, "text", "json")
+	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
+	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
+	fs.StringSliceVarP(&f.pids, "pid", "p", nil, "only reads by these processes (socket-read probes)")
+	fs.StringSliceVarP(&f.ifaces, "interface", "i", nil, "only packets received on these interfaces (names or indexes)")
+	fs.StringVarP(&f.netns, "netns", "n", "0", "network namespace: 0 our own, -1 all (following new ones), or an inode")
+	fs.StringSliceVarP(&f.cgroups, "cgroup", "c", nil, "only reads by tasks in these cgroups (v2 paths or ids; socket-read probes)")
+	fs.StringVarP(&f.minQueue, "min-queuelength", "q", "0", "only reads that leave at least this many packets queued (socket-read probes)")
+	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
+	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
+	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
+	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint")
+	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if n, ok := netstacklatNames[name]; ok {
+			name = n
+		}
+		return pflag.NormalizedName(name)
+	})
+	return cmd
+}
+
+func runLatency(cmd *cobra.Command, f *latencyFlags) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	if err := privilege.Check(true); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.list {
+		return listProbes(out, cfg)
+	}
+	ctx, cancel := runopts.SignalContext(cmd.Context())
+	defer cancel()
+	tr, err := latency.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("%w (see `stacktop doctor`)", err)
+	}
+	defer tr.Close()
+	var warned uint64
+	return f.run.Loop(ctx, func(bool) error {
+		if err := report(out, tr, f.run.Format, f.debugCounters); err != nil {
+			return err
+		}
+		warned = warnDropped(tr, warned)
+		return nil
+	})
+}
+
+// warnDropped logs, when it grew, the number of samples lost because the
+// histogram map had no room for a new probe/interface/cgroup combination.
+func warnDropped(tr *latency.Tracer, already uint64) uint64 {
+	counters, err := tr.Counters()
+	if err != nil {
+		return already
+	}
+	var dropped uint64
+	for _, c := range counters {
+		if c.Reason == latency.ReasonHistFull {
+			dropped += c.Count
+		}
+	}
+	if dropped > already {
+		slog.Warn("samples dropped: more probe/interface/cgroup combinations than the histogram map holds",
+			"dropped", dropped)
+	}
+	return dropped
+}
+
+// report prints the histograms (and the debug counters when asked) once.
+func report(w io.Writer, tr *latency.Tracer, format string, withCounters bool) error {
+	now := time.Now()
+	series, err := tr.Read()
+	if err != nil {
+		return err
+	}
+	write := latency.WriteText
+	if format == "json" {
+		write = latency.WriteJSON
+	}
+	if err := write(w, now, series); err != nil {
+		return err
+	}
+	if !withCounters {
+		return nil
+	}
+	counters, err := tr.Counters()
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return json.NewEncoder(w).Encode(map[string]any{"ts": now, "debug_counters": counters})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROBE\tREASON\tPACKETS")
+	for _, c := range counters {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Hook, c.Reason, c.Count)
+	}
+	fmt.Fprintln(tw)
+	return tw.Flush()
+}
+
+// listProbes attaches every selected probe to learn which backend it gets,
+// prints the list and detaches again.
+func listProbes(w io.Writer, cfg latency.Config) error {
+	choices, err := latency.Probe(cfg.Backend)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
+	for _, h := range latency.Hooks {
+		var c features.Choice
+		if int(h) < len(choices) {
+			c = choices[h]
+		}
+		backend := string(c.Backend)
+		if backend == "" {
+			backend = "none"
+		}
+		enabled := "yes"
+		if !cfg.Hooks.Has(h) {
+			enabled = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
+		for _, r := range c.Refused {
+			fmt.Fprintf(tw, "    refused %s: %s\n", r.Backend, r.Reason)
+		}
+		if c.Backend == "" && len(c.Refused) == 0 && cfg.Hooks.Has(h) {
+			fmt.Fprintf(tw, "    refused %s: no program of this backend implements the probe yet\n", cfg.Backend)
+		}
+	}
+	if choices == nil {
+		return err // nothing could be loaded at all
+	}
+	return tw.Flush()
+}
+
+// config validates every flag; errors name the flag and the value (exit 2).
+func (f *latencyFlags) config() (latency.Config, error) {
+	var cfg latency.Config
+	if err := f.run.Validate(); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.Backend, err = features.ParseBackend(f.backend); err != nil {
+		return cfg, err
+	}
+	if cfg.Hooks, err = f.hooks(); err != nil {
+		return cfg, err
+	}
+	for _, p := range f.pids {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil || n < 1 || n > pidMax {
+			return cfg, clierr.Usage("pid", p, "must be a process id from 1 to %d", pidMax)
+		}
+		cfg.PIDs = append(cfg.PIDs, uint32(n))
+	}
+	for _, name := range f.ifaces {
+		idx, err := ifindex(name)
+		if err != nil {
+			return cfg, clierr.Usage("interface", name, "%v", err)
+		}
+		cfg.Ifindexes = append(cfg.Ifindexes, idx)
+	}
+	for _, c := range f.cgroups {
+		id, err := cgroupID(c)
+		if err != nil {
+			return cfg, clierr.Usage("cgroup", c, "%v", err)
+		}
+		cfg.Cgroups = append(cfg.Cgroups, id)
+	}
+	ns, err := strconv.ParseInt(f.netns, 10, 64)
+	if err != nil || ns < latency.AllNetns || ns > math.MaxUint32 {
+		return cfg, clierr.Usage("netns", f.netns, "must be 0 (our own), -1 (all) or a namespace inode")
+	}
+	if ns > 0 && !latency.NetnsExists(uint64(ns)) {
+		return cfg, clierr.Usage("netns", f.netns, "no network namespace with this inode")
+	}
+	cfg.Netns = ns
+	q, err := strconv.ParseUint(f.minQueue, 10, 32)
+	if err != nil || q > 65536 {
+		return cfg, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
+	}
+	cfg.MinQueueLen = uint32(q)
+	cfg.GroupByIface, cfg.GroupByCgroup, cfg.IncludeHOL = f.groupIface, f.groupCgroup, f.includeHOL
+	return cfg, nil
+}
+
+func (f *latencyFlags) hooks() (latency.HookSet, error) {
+	if len(f.enable) > 0 && len(f.disable) > 0 {
+		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
+			"cannot be combined with --enable-probes %q", strings.Join(f.enable, ","))
+	}
+	set := latency.AllHooks
+	if len(f.enable) > 0 {
+		set = 0
+	}
+	for flag, names := range map[string][]string{"enable-probes": f.enable, "disable-probes": f.disable} {
+		for _, name := range names {
+			h, err := latency.ParseHook(name)
+			if err != nil {
+				return 0, clierr.Usage(flag, name, "%v", err)
+			}
+			if flag == "enable-probes" {
+				set = set.With(h)
+			} else {
+				set = set.Without(h)
+			}
+		}
+	}
+	if set == 0 {
+		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
+	}
+	return set, nil
+}
+
+// ifindex resolves an interface name, or checks that an index exists, in our
+// namespace.
+func ifindex(s string) (uint32, error) {
+	if ifc, err := net.InterfaceByName(s); err == nil {
+		return uint32(ifc.Index), nil
+	}
+	n, err := strconv.ParseUint(s, 10, 31)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("no such interface")
+	}
+	if _, err := net.InterfaceByIndex(int(n)); err != nil {
+		return 0, fmt.Errorf("no interface with this index")
+	}
+	return uint32(n), nil
+}
+
+// cgroupID resolves a cgroup v2 path (absolute or relative to the v2 root)
+// or checks that an id names an existing cgroup.
+func cgroupID(s string) (uint64, error) {
+	if id, err := strconv.ParseUint(s, 10, 64); err == nil {
+		r, err := cgroup.NewResolver()
+		if err != nil {
+			return 0, err
+		}
+		if strings.HasPrefix(r.Path(id), "cgroup:") {
+			return 0, fmt.Errorf("no cgroup with this id")
+		}
+		return id, nil
+	}
+	id, err := cgroup.ID(s)
+	if err != nil {
+		return 0, fmt.Errorf("no such cgroup v2 directory")
+	}
+	return id, nil
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/connfilter"
+	"github.com/stacktop/stacktop/internal/conntrack"
+	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/output"
+	"github.com/stacktop/stacktop/internal/privilege"
+	"github.com/stacktop/stacktop/internal/runopts"
+)
+
+// connFlags are the flags of the connection commands (top, stream).
+type connFlags struct {
+	run     runopts.Options
+	filter  connfilter.Options
+	log     string
+	udpIdle time.Duration
+	backend string
+}
+
+func (f *connFlags) register(fs *pflag.FlagSet) {
+	f.run.Register(fs, "r", time.Second, output.Formats...)
+	f.filter.Register(fs)
+	fs.StringVar(&f.log, "log", "", "also append CSV rows to this file (created with a header if absent)")
+	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
+	fs.StringVar(&f.backend, "backend", string(features.Auto), "hook backend: auto, fentry, tracepoint")
+}
+
+// config validates every flag (exit 2 naming the flag and value).
+func (f *connFlags) config() (conntrack.Config, error) {
+	if err := f.run.Validate(); err != nil {
+		return conntrack.Config{}, err
+	}
+	if f.udpIdle <= 0 {
+		return conntrack.Config{}, clierr.Usage("udp-idle", f.udpIdle.String(), "must be positive")
+	}
+	backend, err := features.ParseBackend(f.backend)
+	if err != nil {
+		return conntrack.Config{}, err
+	}
+	filter, err := f.filter.Compile()
+	if err != nil {
+		return conntrack.Config{}, err
+	}
+	if f.log != "" {
+		if err := output.CheckLog(f.log); err != nil {
+			return conntrack.Config{}, err
+		}
+	}
+	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter}, nil
+}
+
+func newStreamCmd() *cobra.Command {
+	var f connFlags
+	cmd := &cobra.Command{
+		Use:   "stream",
+		Short: "Print every TCP connection and UDP flow once per refresh (text, JSON lines or CSV)",
+		Long: `stream prints one line (or JSON object, or CSV row) per connection per refresh:
+addresses, owner, state, bytes and packets in/out, rates, smoothed RTT and
+retransmits. New connections are marked [NEW], closed ones appear once with
+their final totals [CLOSED], and connections that existed before start-up
+[PARTIAL]. Every refresh ends with the loss counters.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.stream(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// stream runs the tracker and writes a snapshot every refresh.
+func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	if err := privilege.Check(true); err != nil { // cgroup_skb attachment needs CAP_NET_ADMIN
+		return err
+	}
+	writers := []output.Writer{output.New(f.run.Format, stdout)}
+	if f.log != "" {
+		l, err := output.OpenLog(f.log)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		writers = append(writers, l)
+	}
+	t, err := conntrack.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	for _, c := range t.Choices() {
+		slog.Info("connection hook attached", "hook", c.Hook, "backend", c.Backend, "refused", c.Refused)
+	}
+	ctx, stop := runopts.SignalContext(ctx)
+	defer stop()
+	return f.run.Loop(ctx, func(bool) error {
+		snap, err := t.Snapshot()
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, w := range writers {
+			errs = append(errs, w.Write(snap))
+		}
+		return errors.Join(errs...)
+	})
+}

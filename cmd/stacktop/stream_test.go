@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/output"
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+func TestStreamUsageErrors(t *testing.T) {
+	otherLog := filepath.Join(t.TempDir(), "other.csv")
+	if err := os.WriteFile(otherLog, []byte("time,value\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stream", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"stream", "--port", "70000"}, `invalid --port "70000"`},
+		{[]string{"stream", "--port", "0"}, `invalid --port "0"`},
+		{[]string{"stream", "--port", "http"}, `invalid argument "http" for "--port"`},
+		{[]string{"stream", "--process", "(oops"}, `invalid --process "(oops"`},
+		{[]string{"stream", "--cgroup", "/stc-no-such-cgroup"}, `invalid --cgroup "/stc-no-such-cgroup"`},
+		{[]string{"stream", "--interval", "-1"}, `invalid --interval "-1s"`},
+		{[]string{"stream", "--count", "-2"}, `invalid --count "-2"`},
+		{[]string{"stream", "--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
+		{[]string{"stream", "--netns", "stc-no-such-netns"}, `invalid --netns "stc-no-such-netns"`},
+		{[]string{"stream", "--interface", "stcnone0"}, `invalid --interface "stcnone0"`},
+		{[]string{"stream", "--format", "xml"}, `invalid --format "xml"`},
+		{[]string{"stream", "--backend", "kprobe"}, `invalid --backend "kprobe"`},
+		{[]string{"stream", "--pid", "-3"}, `invalid --pid "-3"`},
+		{[]string{"stream", "--log", otherLog}, `invalid --log "` + otherLog + `"`},
+		{[]string{"top", "--port", "65536"}, `invalid --port "65536"`},
+		{[]string{"--process", "["}, `invalid --process "["`},
+	}
+	for _, c := range cases {
+		code, _, stderr := runArgs(append([]string{"stacktop"}, c.args...)...)
+		if code != clierr.ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+	if b, _ := os.ReadFile(otherLog); string(b) != "time,value\n1,2\n" {
+		t.Errorf("a refused --log file was modified: %q", b)
+	}
+}
+
+func TestStreamWithoutPrivilegesExit77(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, args := range [][]string{{"stream", "--count", "1"}, {"top", "--count", "1"}, {"--count", "1"}} {
+		cmd := exec.Command(testenv.Binary(t), args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		want := "error: stacktop requires root privileges (or CAP_BPF and CAP_PERFMON). Run with sudo.\n"
+		if !errors.As(err, &ee) || ee.ExitCode() != clierr.ExitPrivileges || stderr.String() != want {
+			t.Errorf("%v as nobody: %v, stderr %q; want exit 77 and %q", args, err, stderr.String(), want)
+		}
+	}
+}
+
+// traffic holds a TCP connection (opened before stacktop starts, so it is
+// listed as partial) and, a little after start, moves data over a second
+// connection and closes it; everything uses one server port.
+type traffic struct {
+	peer *testenv.Peer
+	port int
+	held net.Conn
+}
+
+func newTraffic(t *testing.T, name string, subnet int) *traffic {
+	t.Helper()
+	p := testenv.NewPeer(t, name, subnet)
+	// Echo through read(2)/write(2): io.Copy between two TCP connections
+	// would splice(2), whose reads sock_recv_length does not see
+	// (docs/CONNECTIONS.md, blind spots).
+	l := p.ServeTCP(t, net.JoinHostPort(p.PeerIP4.String(), "0"), func(c net.Conn) {
+		_, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{c}, make([]byte, 4096))
+	})
+	tr := &traffic{peer: p, port: l.Addr().(*net.TCPAddr).Port}
+	var err error
+	if tr.held, err = net.Dial("tcp", tr.addr()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.held.Close() })
+	return tr
+}
+
+func (tr *traffic) addr() string {
+	return net.JoinHostPort(tr.peer.PeerIP4.String(), strconv.Itoa(tr.port))
+}
+
+// exchange sends 4000 bytes, reads the echo and closes.
+func (tr *traffic) exchange(t *testing.T) {
+	c, err := net.Dial("tcp", tr.addr())
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, 4000)); err != nil {
+		t.Error(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 4000)); err != nil {
+		t.Error(err)
+	}
+}
+
+// firstWrite is a buffer that signals when stacktop has written its first
+// refresh, i.e. when its hooks are surely attached.
+type firstWrite struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	started chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.buf.Len() == 0 {
+		close(w.started)
+	}
+	return w.buf.Write(p)
+}
+
+// streamRun runs stacktop in-process and makes an exchange after its first
+// refresh.
+func streamRun(t *testing.T, tr *traffic, args ...string) string {
+	t.Helper()
+	out := &firstWrite{started: make(chan struct{})}
+	var stderr bytes.Buffer
+	go func() {
+		<-out.started
+		tr.exchange(t)
+	}()
+	if code := run(context.Background(), append([]string{"stacktop"}, args...), out, &stderr); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.buf.String()
+}
+
+func TestStreamFormats(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := newTraffic(t, "stc-fmt", 57)
+	port := strconv.Itoa(tr.port)
+	common := []string{"--count", "3", "--interval", "400ms", "--port", port}
+
+	t.Run("json", func(t *testing.T) {
+		out := streamRun(t, tr, append([]string{"stream", "--format", "json"}, common...)...)
+		var summaries, partial, closed int
+		s := bufio.NewScanner(strings.NewReader(out))
+		for s.Scan() {
+			var probe struct{ Event string }
+			if err := json.Unmarshal(s.Bytes(), &probe); err != nil {
+				t.Fatalf("line %q: %v", s.Text(), err)
+			}
+			if probe.Event == "summary" {
+				var sum output.Summary
+				if err := json.Unmarshal(s.Bytes(), &sum); err != nil || sum.Lost != 0 || sum.MapFull != 0 {
+					t.Errorf("summary %q: %v", s.Text(), err)
+				}
+				summaries++
+				continue
+			}
+			var r conn.Record
+			if err := json.Unmarshal(s.Bytes(), &r); err != nil {
+				t.Fatalf("record %q: %v", s.Text(), err)
+			}
+			if r.LocalPort != uint16(tr.port) && r.RemotePort != uint16(tr.port) {
+				t.Errorf("--port %s let through %q", port, s.Text())
+			}
+			if r.Partial && r.Event == conn.New {
+				partial++
+			}
+			if r.Event == conn.Closed && r.BytesOut == 4000 && r.BytesIn == 4000 {
+				closed++
+			}
+		}
+		if summaries != 3 || partial != 1 || closed != 2 {
+			t.Errorf("%d summaries, %d new partial, %d closed with 4000/4000 bytes; want 3, 1, 2:\n%s",
+				summaries, partial, closed, out)
+		}
+	})
+
+	t.Run("csv", func(t *testing.T) {
+		out := streamRun(t, tr, append([]string{"stream", "--format", "csv"}, common...)...)
+		rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+		if err != nil {
+			t.Fatalf("CSV does not parse: %v\n%s", err, out)
+		}
+		if !slices.Equal(rows[0], output.Header) {
+			t.Fatalf("header %v, want %v", rows[0], output.Header)
+		}
+		checkCSVRows(t, rows[1:])
+	})
+
+	t.Run("text", func(t *testing.T) {
+		out := streamRun(t, tr, append([]string{"stream"}, common...)...)
+		for _, want := range []string{"[PARTIAL]", "[NEW]", "[CLOSED]", "ESTABLISHED", "in 3.9KiB", "lost events: 0, map full: 0"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("text output lacks %q:\n%s", want, out)
+			}
+		}
+		if n := strings.Count(out, "lost events:"); n != 3 {
+			t.Errorf("%d footers, want 3", n)
+		}
+	})
+
+	// top on a pipe, and stacktop without a command, behave like stream.
+	for _, args := range [][]string{{"top"}, {}} {
+		out := streamRun(t, tr, append(args, append([]string{"--format", "csv"}, common...)...)...)
+		if !strings.HasPrefix(out, strings.Join(output.Header, ",")+"\n") {
+			t.Errorf("%v on a pipe: output does not start with the CSV header:\n%s", args, out)
+		}
+	}
+}
+
+// checkCSVRows checks that rows of one refresh share their timestamp, which
+// is RFC 3339, and that the connection's fields parse.
+func checkCSVRows(t *testing.T, rows [][]string) {
+	t.Helper()
+	col := func(name string) int { return slices.Index(output.Header, name) }
+	ticks := map[string]bool{}
+	for _, row := range rows {
+		if len(row) != len(output.Header) {
+			t.Fatalf("row %v has %d fields", row, len(row))
+		}
+		if _, err := time.Parse(time.RFC3339, row[col("ts")]); err != nil {
+			t.Errorf("ts %q: %v", row[col("ts")], err)
+		}
+		ticks[row[col("ts")]] = true
+		for _, name := range []string{"bytes_in", "bytes_out", "pid", "local_port", "lost", "map_full"} {
+			if _, err := strconv.ParseUint(row[col(name)], 10, 64); err != nil {
+				t.Errorf("%s %q: %v", name, row[col(name)], err)
+			}
+		}
+	}
+	if len(rows) == 0 || len(ticks) > 3 {
+		t.Errorf("%d rows over %d distinct timestamps; want rows from at most 3 refreshes", len(rows), len(ticks))
+	}
+}
+
+func TestStreamLogAppends(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := newTraffic(t, "stc-log", 58)
+	log := filepath.Join(t.TempDir(), "conns.csv")
+	args := []string{"stream", "--count", "1", "--interval", "300ms", "--port", strconv.Itoa(tr.port), "--log", log}
+	streamRun(t, tr, args...)
+	first, _ := os.ReadFile(log)
+	streamRun(t, tr, args...)
+	second, _ := os.ReadFile(log)
+	if !bytes.HasPrefix(second, first) || len(second) == len(first) {
+		t.Fatalf("second run did not append:\nfirst:\n%s\nsecond:\n%s", first, second)
+	}
+	rows, err := csv.NewReader(bytes.NewReader(second)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rows[0], output.Header) {
+		t.Fatalf("log header %v", rows[0])
+	}
+	for _, row := range rows[1:] {
+		if row[0] == "ts" {
+			t.Fatalf("header repeated in an appended log:\n%s", second)
+		}
+	}
+	checkCSVRows(t, rows[1:])
+}

@@ -1,0 +1,69 @@
+package connfilter
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conn"
+)
+
+func TestCompileRejectsBadValuesNamingThem(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--port", "0"}, `invalid --port "0"`},
+		{[]string{"--port", "65536"}, `invalid --port "65536"`},
+		{[]string{"--pid", "0"}, `invalid --pid "0"`},
+		{[]string{"--process", "a("}, `invalid --process "a("`},
+		{[]string{"--cgroup", "/stc-does-not-exist"}, `invalid --cgroup "/stc-does-not-exist"`},
+		{[]string{"--netns", "stc-does-not-exist"}, `invalid --netns "stc-does-not-exist"`},
+		{[]string{"--interface", "stc-nope0"}, `invalid --interface "stc-nope0"`},
+	} {
+		var o Options
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.Register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		_, err := o.Compile()
+		if clierr.Code(err) != clierr.ExitUsage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	web := conn.Record{Proto: "tcp", LocalAddr: netip.MustParseAddr("127.0.0.1"), LocalPort: 8080,
+		RemoteAddr: netip.MustParseAddr("127.0.0.1"), RemotePort: 40000, PID: 10, Comm: "nginx", Cgroup: "/system.slice/nginx.service", Netns: 7}
+	dns := conn.Record{Proto: "udp", LocalAddr: netip.MustParseAddr("::ffff:10.0.0.1"), LocalPort: 5353,
+		RemoteAddr: netip.MustParseAddr("10.0.0.2"), RemotePort: 53, PID: 20, Comm: "resolved", Cgroup: "/system.slice", Netns: 8}
+	for _, c := range []struct {
+		name     string
+		f        *Filter
+		web, dns bool
+	}{
+		{"nil", nil, true, true},
+		{"tcp", &Filter{tcp: true}, true, false},
+		{"udp", &Filter{udp: true}, false, true},
+		{"remote port", &Filter{tcp: true, udp: true, port: 53}, false, true},
+		{"local port", &Filter{tcp: true, udp: true, port: 8080}, true, false},
+		{"pid", &Filter{tcp: true, udp: true, pid: 20}, false, true},
+		{"cgroup subtree", &Filter{tcp: true, udp: true, cgroup: "/system.slice"}, true, true},
+		{"cgroup is not a name prefix", &Filter{tcp: true, udp: true, cgroup: "/system.slice/nginx"}, false, false},
+		{"netns", &Filter{tcp: true, udp: true, netns: 7}, true, false},
+		{"loopback interface", &Filter{tcp: true, udp: true, ifaceSet: true, ifaceLoopback: true}, true, false},
+		{"mapped address", &Filter{tcp: true, udp: true, ifaceSet: true, ifaceAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, false, true},
+	} {
+		if got := c.f.Match(&web); got != c.web {
+			t.Errorf("%s: Match(web) = %v", c.name, got)
+		}
+		if got := c.f.Match(&dns); got != c.dns {
+			t.Errorf("%s: Match(dns) = %v", c.name, got)
+		}
+	}
+}

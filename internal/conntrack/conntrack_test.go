@@ -1,0 +1,322 @@
+package conntrack
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+const mss = 1448 // upper bound of the MSS on a 1500-byte-MTU veth with timestamps
+
+func addrPort(a netip.Addr, port int) string {
+	return net.JoinHostPort(a.String(), strconv.Itoa(port))
+}
+
+func find(rs []conn.Record, pred func(*conn.Record) bool) []conn.Record {
+	var out []conn.Record
+	for i := range rs {
+		if pred(&rs[i]) {
+			out = append(out, rs[i])
+		}
+	}
+	return out
+}
+
+// TestTCPExactBytes: a client process sends exactly 1 MiB and receives
+// exactly 512 KiB; both ends report those bytes, their own PIDs and enough
+// segments, over IPv4, IPv6 and IPv4 into a dual-stack IPv6 socket.
+func TestTCPExactBytes(t *testing.T) {
+	const sent, received = 1 << 20, 1 << 19
+	p := testenv.NewPeer(t, "stc-bytes", 50)
+	tr := openTracker(t, Config{})
+	comm := procComm(t, os.Getpid())
+	for _, fam := range []struct {
+		name       string
+		listen     string // the server's listening address
+		host, peer netip.Addr
+		family     int
+	}{
+		{"ipv4", addrPort(p.PeerIP4, 0), p.HostIP4, p.PeerIP4, 4},
+		{"ipv6", addrPort(p.PeerIP6, 0), p.HostIP6, p.PeerIP6, 6},
+		// A dual-stack server sees the IPv4 client through an IPv6 socket
+		// with IPv4-mapped addresses: reported as IPv4.
+		{"ipv4-mapped", "[::]:0", p.HostIP4, p.PeerIP4, 4},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			l := tcpServer(t, p, fam.listen, sent, received)
+			port := uint16(l.Addr().(*net.TCPAddr).Port)
+			pid := runHelperProc(t, "tcp", "STC_ADDR="+addrPort(fam.peer, int(port)),
+				"STC_SEND="+strconv.Itoa(sent), "STC_RECV="+strconv.Itoa(received))
+			isClient := func(r *conn.Record) bool { return r.RemotePort == port && r.RemoteAddr == fam.peer }
+			isServer := func(r *conn.Record) bool {
+				return r.LocalPort == port && r.LocalAddr == fam.peer && r.State != "LISTEN"
+			}
+			h := poll(t, tr, func(h *history) bool {
+				return len(find(h.closed, isClient)) == 1 && len(find(h.closed, isServer)) == 1
+			})
+			client, server := find(h.closed, isClient)[0], find(h.closed, isServer)[0]
+			for _, c := range []struct {
+				name      string
+				r         conn.Record
+				pid       int
+				comm      string
+				in, out   uint64
+				localAddr netip.Addr
+			}{
+				{"client", client, pid, helperComm, received, sent, fam.host},
+				{"server", server, os.Getpid(), comm, sent, received, fam.peer},
+			} {
+				r := c.r
+				if r.BytesIn != c.in || r.BytesOut != c.out {
+					t.Errorf("%s: bytes in/out = %d/%d, want %d/%d", c.name, r.BytesIn, r.BytesOut, c.in, c.out)
+				}
+				if r.PID != uint32(c.pid) || r.Comm != c.comm {
+					t.Errorf("%s: owner %d/%s, want %d/%s", c.name, r.PID, r.Comm, c.pid, c.comm)
+				}
+				if r.PacketsIn < c.in/mss || r.PacketsOut < c.out/mss {
+					t.Errorf("%s: packets in/out = %d/%d, want at least %d/%d", c.name, r.PacketsIn, r.PacketsOut, c.in/mss, c.out/mss)
+				}
+				if r.Family != fam.family || r.LocalAddr != c.localAddr || r.Proto != "tcp" || r.Partial || r.State != "CLOSE" {
+					t.Errorf("%s: unexpected record %+v", c.name, r)
+				}
+			}
+			if h.last.Lost != 0 || h.last.MapFull != 0 {
+				t.Errorf("lost %d, map full %d; want 0", h.last.Lost, h.last.MapFull)
+			}
+		})
+	}
+}
+
+// TestShortLivedConnections: 500 connections that each carry 1 KiB and close
+// between two snapshots are all reported closed with exact totals.
+func TestShortLivedConnections(t *testing.T) {
+	const n, size = 500, 1024
+	p := testenv.NewPeer(t, "stc-short", 51)
+	tr := openTracker(t, Config{})
+	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), size, 0)
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	if _, err := tr.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	runHelperProc(t, "tcp", "STC_ADDR="+addrPort(p.PeerIP4, int(port)), "STC_SEND="+strconv.Itoa(size),
+		"STC_RECV=0", "STC_COUNT="+strconv.Itoa(n))
+	isClient := func(r *conn.Record) bool { return r.RemotePort == port && r.RemoteAddr == p.PeerIP4 }
+	isServer := func(r *conn.Record) bool { return r.LocalPort == port && r.State != "LISTEN" }
+	h := poll(t, tr, func(h *history) bool {
+		return len(find(h.closed, isClient)) >= n && len(find(h.closed, isServer)) >= n
+	})
+	clients, servers := find(h.closed, isClient), find(h.closed, isServer)
+	if len(clients) != n || len(servers) != n {
+		t.Fatalf("closed events: %d client, %d server; want %d each", len(clients), len(servers), n)
+	}
+	ports := map[uint16]bool{}
+	for _, r := range clients {
+		ports[r.LocalPort] = true
+		if r.BytesOut != size || r.BytesIn != 0 {
+			t.Errorf("client %d: bytes in/out %d/%d, want 0/%d", r.LocalPort, r.BytesIn, r.BytesOut, size)
+		}
+	}
+	for _, r := range servers {
+		if r.BytesIn != size || r.BytesOut != 0 {
+			t.Errorf("server side of %d: bytes in/out %d/%d, want %d/0", r.RemotePort, r.BytesIn, r.BytesOut, size)
+		}
+	}
+	t.Logf("%d snapshots after the client finished", h.snapshots)
+	if len(ports) != n {
+		t.Errorf("%d distinct client connections, want %d (a connection was reported twice)", len(ports), n)
+	}
+	if h.last.Lost != 0 || h.last.MapFull != 0 {
+		t.Errorf("lost %d, map full %d; want 0", h.last.Lost, h.last.MapFull)
+	}
+}
+
+// TestUDPUnconnectedServer: one unconnected server socket answering three
+// peers is three flows with exact bytes and datagrams, which expire after
+// the idle timeout.
+func TestUDPUnconnectedServer(t *testing.T) {
+	const request, reply, peers = 100, 300, 3
+	const idle = time.Second
+	p := testenv.NewPeer(t, "stc-udp", 52)
+	tr := openTracker(t, Config{UDPIdle: idle})
+	port := udpServer(t, p, reply)
+	clientPID := runHelperProc(t, "udp", "STC_ADDR="+addrPort(p.PeerIP4, int(port)),
+		"STC_SEND="+strconv.Itoa(request), "STC_COUNT="+strconv.Itoa(peers))
+	isServer := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == port && r.LocalAddr == p.PeerIP4 }
+	isClient := func(r *conn.Record) bool {
+		return r.Proto == "udp" && r.RemotePort == port && r.RemoteAddr == p.PeerIP4
+	}
+	h := poll(t, tr, func(h *history) bool {
+		return len(find(h.last.Records, isServer)) == peers && len(find(h.last.Records, isClient)) == peers
+	})
+	check := func(side string, rs []conn.Record, pid int, in, out uint64) {
+		for _, r := range rs {
+			if r.BytesIn != in || r.BytesOut != out || r.PacketsIn != 2 || r.PacketsOut != 2 {
+				t.Errorf("%s flow %+v: want bytes in/out %d/%d and 2/2 datagrams", side, r, in, out)
+			}
+			if r.PID != uint32(pid) || r.State != "UDP" {
+				t.Errorf("%s flow owner %d state %s, want %d UDP", side, r.PID, r.State, pid)
+			}
+		}
+	}
+	servers := find(h.last.Records, isServer)
+	remotes := map[uint16]bool{}
+	for _, r := range servers {
+		remotes[r.RemotePort] = true
+	}
+	if len(remotes) != peers {
+		t.Errorf("server flows have %d distinct peers, want %d", len(remotes), peers)
+	}
+	check("server", servers, os.Getpid(), 2*request, 2*reply)
+	check("client", find(h.last.Records, isClient), clientPID, 2*reply, 2*request)
+
+	start := time.Now()
+	h = poll(t, tr, func(h *history) bool { return len(find(h.closed, isServer)) == peers })
+	if waited := time.Since(start); waited < idle/2 {
+		t.Errorf("flows expired after %v, before the %v idle timeout", waited, idle)
+	}
+	if left := find(h.last.Records, func(r *conn.Record) bool { return isServer(r) && r.Event != conn.Closed }); len(left) != 0 {
+		t.Errorf("expired flows still listed: %s", dump(left))
+	}
+}
+
+// TestPreexistingConnection: a connection opened before the tracker starts
+// is listed in the first snapshot as partial, with its state and owner.
+func TestPreexistingConnection(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-pre", 53)
+	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
+	port := l.Addr().(*net.TCPAddr).Port
+	cmd, local, send := holdConnection(t, addrPort(p.PeerIP4, port), nil)
+	tr := openTracker(t, Config{})
+	s, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := find(s.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(local) && r.RemotePort == uint16(port) })
+	if len(rs) != 1 {
+		t.Fatalf("pre-existing connection listed %d times; snapshot:\n%s", len(rs), dump(s.Records))
+	}
+	r := rs[0]
+	if !r.Partial || r.State != "ESTABLISHED" || r.PID != uint32(cmd.Process.Pid) || r.Comm != helperComm {
+		t.Errorf("got %+v, want partial ESTABLISHED owned by %d", r, cmd.Process.Pid)
+	}
+	if r.Event != conn.New || r.LocalAddr != p.HostIP4 || r.RemoteAddr != p.PeerIP4 {
+		t.Errorf("got %+v", r)
+	}
+
+	// Once it moves data the kernel's entry for it (same socket cookie as
+	// sock_diag's) takes over: still one record, still partial.
+	const msg = "hello\n"
+	if _, err := io.WriteString(send, msg); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, tr, func(h *history) bool {
+		rs = find(h.last.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(local) && r.RemotePort == uint16(port) })
+		return len(rs) != 1 || rs[0].BytesOut == uint64(len(msg))
+	})
+	if len(rs) != 1 || !rs[0].Partial || rs[0].Event != conn.Update || rs[0].PID != uint32(cmd.Process.Pid) {
+		t.Errorf("after sending: %s", dump(rs))
+	}
+}
+
+// TestRTT: queueing delay added by a tbf qdisc on the veth shows in rtt_us;
+// without it the RTT of a veth pair stays below a millisecond.
+func TestRTT(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-rtt", 54)
+	tr := openTracker(t, Config{})
+	// transfer sends size bytes to a server that answers with one byte and
+	// returns the client's closed record.
+	transfer := func(size int) conn.Record {
+		l := tcpServer(t, p, addrPort(p.PeerIP4, 0), size, 1)
+		port := l.Addr().(*net.TCPAddr).Port
+		pid := runHelperProc(t, "tcp", "STC_ADDR="+addrPort(p.PeerIP4, port),
+			"STC_SEND="+strconv.Itoa(size), "STC_RECV=1")
+		mine := func(r *conn.Record) bool { return r.PID == uint32(pid) }
+		h := poll(t, tr, func(h *history) bool { return len(find(h.closed, mine)) == 1 })
+		return find(h.closed, mine)[0]
+	}
+	r := transfer(1024)
+	t.Logf("rtt without queueing: %dus", r.RTTus)
+	if r.RTTus == 0 || r.RTTus >= 1000 {
+		t.Errorf("rtt without queueing = %dus, want 0 < rtt < 1000", r.RTTus)
+	}
+	const rate = 500_000 // bytes/s: a full 64 KiB queue adds 130 ms
+	tbf := &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: p.HostIndex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       rate, Limit: 64 << 10, Buffer: netlink.Xmittime(rate, 16<<10),
+	}
+	if err := netlink.QdiscAdd(tbf); err != nil {
+		t.Fatalf("adding tbf: %v", err)
+	}
+	r = transfer(256 << 10)
+	t.Logf("rtt behind a %d B/s tbf: %dus", rate, r.RTTus)
+	if r.RTTus <= 10_000 {
+		t.Errorf("rtt with a tbf queue = %dus, want > 10000", r.RTTus)
+	}
+}
+
+// TestTCPStates: listeners, established connections and the closing states
+// are reported with the kernel's state names, and a close is reported once.
+func TestTCPStates(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-state", 55)
+	tr := openTracker(t, Config{})
+	var l net.Listener
+	if err := p.Do(func() (err error) { l, err = net.Listen("tcp", addrPort(p.PeerIP6, 0)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	client, err := net.Dial("tcp", addrPort(p.PeerIP6, int(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateOf := func(s conn.Snapshot, server bool) []string {
+		var out []string
+		for _, r := range s.Records {
+			if r.RemoteAddr == p.PeerIP6 && r.RemotePort == port && !server ||
+				r.LocalAddr == p.PeerIP6 && r.LocalPort == port && server {
+				out = append(out, r.State)
+			}
+		}
+		return out
+	}
+	want := func(server bool, states ...string) *history {
+		return poll(t, tr, func(h *history) bool {
+			got := stateOf(h.last, server)
+			for _, s := range states {
+				if !slices.Contains(got, s) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	want(true, "LISTEN", "ESTABLISHED")
+	want(false, "ESTABLISHED")
+	// The client half-closes: it waits in FIN_WAIT2, the server in CLOSE_WAIT.
+	if err := client.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	want(true, "CLOSE_WAIT")
+	want(false, "FIN_WAIT2")
+	server.Close()
+	h := want(false, "CLOSE")
+	closed := find(h.closed, func(r *conn.Record) bool { return r.RemotePort == port })
+	if len(closed) != 1 || closed[0].Family != 6 {
+		t.Errorf("closed events of the client: %s", dump(closed))
+	}
+	client.Close()
+}

@@ -1,0 +1,258 @@
+package conntrack
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+// The tests run the far end of their traffic as a separate process (this
+// test binary re-executed with STC_HELPER set), so that the two ends of a
+// connection have different owners.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("STC_HELPER"); mode != "" {
+		if err := runHelper(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
+// runHelper is the helper process. Modes:
+//
+//	tcp:  STC_COUNT times: connect to STC_ADDR, send STC_SEND bytes, read STC_RECV bytes, close
+//	hold: connect to STC_ADDR, print the local port, send what arrives on stdin until it closes
+//	udp:  from STC_COUNT sockets, send two STC_SEND-byte datagrams each and read two replies
+func runHelper(mode string) error {
+	addr := os.Getenv("STC_ADDR")
+	switch mode {
+	case "tcp":
+		for range max(envInt("STC_COUNT"), 1) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(c, make([]byte, envInt("STC_RECV"))); err != nil {
+				return err
+			}
+			if err := c.Close(); err != nil {
+				return err
+			}
+		}
+	case "hold":
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		fmt.Println(c.LocalAddr().(*net.TCPAddr).Port)
+		if _, err := io.Copy(c, os.Stdin); err != nil {
+			return err
+		}
+		return c.Close()
+	case "udp":
+		for range envInt("STC_COUNT") {
+			c, err := net.Dial("udp", addr)
+			if err != nil {
+				return err
+			}
+			buf := make([]byte, 65536)
+			for range 2 {
+				if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
+					return err
+				}
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(buf); err != nil {
+					return err
+				}
+			}
+			c.Close()
+		}
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	return nil
+}
+
+// helperComm is the helper's process name: it runs through a link of that
+// name, so its comm differs from the test's.
+const helperComm = "stc-helper"
+
+// helper prepares the helper process; env entries are "NAME=value".
+func helper(t *testing.T, mode string, env ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), helperComm)
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link)
+	cmd.Env = append(os.Environ(), append([]string{"STC_HELPER=" + mode}, env...)...)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// runHelperProc runs a helper to completion and returns its pid.
+func runHelperProc(t *testing.T, mode string, env ...string) int {
+	t.Helper()
+	cmd := helper(t, mode, env...)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helper %s: %v", mode, err)
+	}
+	return cmd.Process.Pid
+}
+
+// holdConnection starts a hold helper (with attr, when not nil) and returns
+// it with its local port and the pipe to what it sends.
+func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec.Cmd, int, io.Writer) {
+	t.Helper()
+	cmd := helper(t, "hold", "STC_ADDR="+addr)
+	cmd.SysProcAttr = attr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("hold helper: %v", err)
+	}
+	port, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("hold helper printed %q", line)
+	}
+	return cmd, port, stdin
+}
+
+// tcpServer listens on addr inside the peer's namespace. Each accepted
+// connection reads exactly recv bytes, writes send bytes, reads until EOF
+// and closes.
+func tcpServer(t *testing.T, p *testenv.Peer, addr string, recv, send int) *net.TCPListener {
+	t.Helper()
+	return p.ServeTCP(t, addr, func(c net.Conn) {
+		if _, err := io.ReadFull(c, make([]byte, recv)); err != nil {
+			return
+		}
+		if _, err := c.Write(make([]byte, send)); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+}
+
+// udpServer answers every datagram received on an unconnected socket in the
+// peer's namespace with reply bytes, and returns its port.
+func udpServer(t *testing.T, p *testenv.Peer, reply int) uint16 {
+	t.Helper()
+	var srv net.PacketConn
+	if err := p.Do(func() (err error) { srv, err = net.ListenPacket("udp", addrPort(p.PeerIP4, 0)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			_, from, err := srv.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = srv.WriteTo(make([]byte, reply), from)
+		}
+	}()
+	return uint16(srv.LocalAddr().(*net.UDPAddr).Port)
+}
+
+func openTracker(t *testing.T, cfg Config) *Tracker {
+	t.Helper()
+	testenv.RequireRoot(t)
+	tr, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// history accumulates snapshots: closed records are reported only once.
+type history struct {
+	last      conn.Snapshot
+	closed    []conn.Record
+	seen      []conn.Record // every record of every snapshot
+	snapshots int
+}
+
+// poll takes a snapshot every 100ms until done returns true or 10s pass.
+func poll(t *testing.T, tr *Tracker, done func(*history) bool) *history {
+	t.Helper()
+	h := &history{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := tr.Snapshot()
+		if err != nil {
+			t.Fatalf("Snapshot: %v", err)
+		}
+		h.last = s
+		h.snapshots++
+		for _, r := range s.Records {
+			h.seen = append(h.seen, r)
+			if r.Event == conn.Closed {
+				h.closed = append(h.closed, r)
+			}
+		}
+		if done(h) {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within 10s; last snapshot:\n%s", dump(s.Records))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func dump(rs []conn.Record) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "  %+v\n", r)
+	}
+	return b.String()
+}
+
+func procComm(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,142 @@
+package conntrack
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/conn"
+)
+
+// preexisting is a TCP socket that was open before the tracker attached, as
+// sock_diag listed it at start-up. Its counters (segments, RTT,
+// retransmits) are the kernel's lifetime values from tcp_info; its bytes
+// start at zero because tcp_info counts sequence space acknowledged
+// (including SYN and FIN), not the bytes the application moved.
+type preexisting struct {
+	rec    conn.Record // Event, TS and rates are set per snapshot
+	cookie uint64
+}
+
+// listPreexisting enumerates the TCP sockets of stacktop's own network
+// namespace (sock_diag answers for one namespace) with their owners.
+func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
+	owners := socketOwners()
+	out := map[uint64]*preexisting{}
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		socks, err := netlink.SocketDiagTCPInfo(family)
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return nil, fmt.Errorf("sock_diag TCP dump: %w", err)
+		}
+		for _, s := range socks {
+			m := s.InetDiagMsg
+			// Time-wait and request sockets are not full sockets: they
+			// never reach another state change we could report.
+			if m.State == tcpTimeWait || m.State == tcpSynRecv || m.State == tcpNewSynRecv {
+				continue
+			}
+			cookie := uint64(m.ID.Cookie[0]) | uint64(m.ID.Cookie[1])<<32
+			p := &preexisting{cookie: cookie, rec: conn.Record{
+				Proto:      "tcp",
+				LocalAddr:  ipAddr(m.ID.Source),
+				LocalPort:  m.ID.SourcePort,
+				RemoteAddr: ipAddr(m.ID.Destination),
+				RemotePort: m.ID.DestinationPort,
+				State:      stateName(m.State),
+				Netns:      netnsIno,
+				Partial:    true,
+			}}
+			p.rec.Family = familyOf(p.rec.LocalAddr)
+			if ti := s.TCPInfo; ti != nil {
+				p.rec.PacketsIn, p.rec.PacketsOut = uint64(ti.Segs_in), uint64(ti.Segs_out)
+				p.rec.RTTus, p.rec.Retrans = ti.Rtt, ti.Total_retrans
+			}
+			if o, ok := owners[uint64(m.INode)]; ok {
+				p.rec.PID, p.rec.Comm, p.rec.Cgroup = o.pid, o.comm, o.cgroup
+			}
+			out[cookie] = p
+		}
+	}
+	return out, nil
+}
+
+func ipAddr(ip []byte) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+type procOwner struct {
+	pid    uint32
+	comm   string
+	cgroup string // path relative to the cgroup v2 root
+}
+
+// socketOwners maps socket inodes to a process holding a descriptor for
+// them (the first found, reading /proc/*/fd). Processes that vanish or that we
+// may not inspect are skipped.
+func socketOwners() map[uint64]procOwner {
+	owners := map[uint64]procOwner{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, err := strconv.ParseUint(filepath.Base(dir), 10, 32)
+		if err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join(dir, "fd"))
+		if err != nil {
+			continue
+		}
+		var owner *procOwner
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join(dir, "fd", fd.Name()))
+			if err != nil {
+				continue
+			}
+			ino, ok := strings.CutPrefix(target, "socket:[")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 64)
+			if err != nil {
+				continue
+			}
+			if _, taken := owners[n]; taken {
+				continue
+			}
+			if owner == nil {
+				owner = &procOwner{pid: uint32(pid), comm: readComm(dir), cgroup: readCgroup(dir)}
+			}
+			owners[n] = *owner
+		}
+	}
+	return owners
+}
+
+func readComm(procDir string) string {
+	b, _ := os.ReadFile(filepath.Join(procDir, "comm"))
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// readCgroup returns the process's cgroup v2 path (the "0::" line).
+func readCgroup(procDir string) string {
+	f, err := os.Open(filepath.Join(procDir, "cgroup"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if p, ok := strings.CutPrefix(s.Text(), "0::"); ok {
+			return p
+		}
+	}
+	return ""
+}

@@ -1,0 +1,319 @@
+// Package conntrack is the connection tracking engine behind `stacktop top`,
+// `stream` and the Prometheus exporter: it loads bpf/conns.bpf.c, picks a
+// backend per hook, and turns the kernel's per-socket and per-flow entries
+// and its closed-connection events into conn.Snapshots.
+package conntrack
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/cgroup"
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/connfilter"
+	"github.com/stacktop/stacktop/internal/features"
+)
+
+// DefaultUDPIdle is how long a UDP flow may stay silent before it is
+// reported closed.
+const DefaultUDPIdle = 5 * time.Second
+
+// flagPartial mirrors CONN_PARTIAL in bpf/conns.bpf.c.
+const flagPartial = 1
+
+// Indexes of the drops map (enum drop_counter in bpf/conns.bpf.c).
+const (
+	dropLost    = 0
+	dropMapFull = 1
+)
+
+// Config chooses what the tracker attaches and reports.
+type Config struct {
+	Backend features.Backend   // per-hook backend; "" means auto
+	UDPIdle time.Duration      // 0 means DefaultUDPIdle
+	Filter  *connfilter.Filter // nil selects everything
+}
+
+// Tracker owns the loaded programs and the state needed between snapshots.
+// Its methods are safe for concurrent use.
+type Tracker struct {
+	cfg     Config
+	spec    *ebpf.CollectionSpec
+	objs    connsMaps
+	maps    map[string]*ebpf.Map
+	progs   []*ebpf.Program
+	links   []link.Link
+	choices []features.Choice
+	events  *ringbuf.Reader
+	cgroups *cgroup.Resolver
+
+	mu          sync.Mutex
+	preexisting map[uint64]*preexisting // by socket cookie, until they close
+	previous    map[key]totals          // what the last snapshot reported
+	last        time.Time
+}
+
+// key identifies a connection across snapshots: a TCP socket by its cookie
+// alone, a UDP flow by its full key.
+type key = connsFlowKey
+
+type totals struct{ in, out uint64 }
+
+// Open loads and attaches the connection hooks and lists the connections
+// that already exist. Close it to detach.
+func Open(cfg Config) (*Tracker, error) {
+	if cfg.Backend == "" {
+		cfg.Backend = features.Auto
+	}
+	if cfg.UDPIdle == 0 {
+		cfg.UDPIdle = DefaultUDPIdle
+	}
+	t := &Tracker{cfg: cfg, previous: map[key]totals{}}
+	if err := t.open(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Tracker) open() error {
+	var err error
+	if t.cgroups, err = cgroup.NewResolver(); err != nil {
+		return fmt.Errorf("cgroup v2: %w", err)
+	}
+	if t.spec, err = loadConns(); err != nil {
+		return err
+	}
+	if err := t.spec.LoadAndAssign(&t.objs, nil); err != nil {
+		return fmt.Errorf("creating connection maps: %w", err)
+	}
+	t.maps = map[string]*ebpf.Map{
+		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
+		"closed": t.objs.Closed, "drops": t.objs.Drops,
+	}
+	if t.events, err = ringbuf.NewReader(t.objs.Closed); err != nil {
+		return fmt.Errorf("ring buffer: %w", err)
+	}
+	if err := t.attachHooks(t.cfg.Backend); err != nil {
+		return err
+	}
+	// Listed after attaching, so that no connection falls between the two:
+	// one that closes in between is reported by the kernel.
+	if t.preexisting, err = listPreexisting(ownNetns()); err != nil {
+		return err
+	}
+	t.last = time.Now()
+	return nil
+}
+
+// Choices reports the backend chosen for each hook and why others were refused.
+func (t *Tracker) Choices() []features.Choice { return t.choices }
+
+// Close detaches every program and frees the maps.
+func (t *Tracker) Close() error {
+	var errs []error
+	for _, l := range t.links {
+		errs = append(errs, l.Close())
+	}
+	for _, p := range t.progs {
+		errs = append(errs, p.Close())
+	}
+	if t.events != nil {
+		errs = append(errs, t.events.Close())
+	}
+	errs = append(errs, t.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Snapshot returns every live connection (event new on its first
+// appearance, update afterwards), every connection that closed since the
+// previous call (event closed, final totals, reported once), rates over the
+// time since the previous call, and the cumulative loss counters.
+func (t *Tracker) Snapshot() (conn.Snapshot, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	elapsed := now.Sub(t.last).Seconds()
+	t.last = now
+	current := map[key]totals{}
+	snap := conn.Snapshot{Time: now}
+	emit := func(k key, r conn.Record, closed bool) {
+		prev, seen := t.previous[k]
+		r.TS = now
+		switch {
+		case closed:
+			r.Event = conn.Closed
+		case seen:
+			r.Event = conn.Update
+		default:
+			r.Event = conn.New
+		}
+		if elapsed > 0 {
+			r.RateIn = float64(r.BytesIn-min(prev.in, r.BytesIn)) / elapsed
+			r.RateOut = float64(r.BytesOut-min(prev.out, r.BytesOut)) / elapsed
+		}
+		if !closed {
+			current[k] = totals{r.BytesIn, r.BytesOut}
+		}
+		if t.cfg.Filter.Match(&r) {
+			snap.Records = append(snap.Records, r)
+		}
+	}
+
+	// Live entries first, then the closed events: a connection that closes
+	// in between is then reported closed, not lost for one refresh.
+	live := map[uint64]conn.Record{}
+	cookies, conns, err := readAll[uint64, connsConn](t.objs.Conns)
+	if err != nil {
+		return snap, fmt.Errorf("reading connections: %w", err)
+	}
+	for i, cookie := range cookies {
+		live[cookie] = t.tcpRecord(&conns[i])
+	}
+	closed, err := t.drainClosed()
+	if err != nil {
+		return snap, err
+	}
+	for _, c := range closed {
+		r := t.tcpRecord(&c)
+		delete(live, c.Cookie)
+		delete(t.preexisting, c.Cookie)
+		emit(key{Cookie: c.Cookie}, r, true)
+	}
+	for cookie, r := range live {
+		emit(key{Cookie: cookie}, r, false)
+	}
+	for cookie, p := range t.preexisting {
+		if _, ok := live[cookie]; !ok {
+			emit(key{Cookie: cookie}, p.rec, false)
+		}
+	}
+	if err := t.udpFlows(emit); err != nil {
+		return snap, err
+	}
+	t.previous = current
+	slices.SortFunc(snap.Records, byTuple)
+	snap.Lost, snap.MapFull, err = t.drops()
+	return snap, err
+}
+
+// drainClosed reads every closed-connection event queued so far.
+func (t *Tracker) drainClosed() ([]connsConn, error) {
+	var out []connsConn
+	t.events.SetDeadline(time.Now())
+	var rec ringbuf.Record
+	for {
+		err := t.events.ReadInto(&rec)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("reading closed connections: %w", err)
+		}
+		var c connsConn
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &c); err != nil {
+			return out, fmt.Errorf("decoding closed connection: %w", err)
+		}
+		out = append(out, c)
+	}
+}
+
+// udpFlows reports every UDP flow; flows idle longer than UDPIdle are
+// reported closed and removed from the kernel's map.
+func (t *Tracker) udpFlows(emit func(key, conn.Record, bool)) error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil { // bpf_ktime_get_ns's clock
+		return err
+	}
+	nowNS := uint64(ts.Nano())
+	keys, flows, err := readAll[connsFlowKey, connsFlow](t.objs.Flows)
+	if err != nil {
+		return fmt.Errorf("reading UDP flows: %w", err)
+	}
+	var expired []connsFlowKey
+	for i, k := range keys {
+		f := &flows[i]
+		idle := nowNS > f.LastNs && time.Duration(nowNS-f.LastNs) > t.cfg.UDPIdle
+		if idle {
+			expired = append(expired, k)
+		}
+		emit(k, t.udpRecord(&k, f), idle)
+	}
+	for _, k := range expired {
+		if err := t.objs.Flows.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("expiring UDP flow: %w", err)
+		}
+	}
+	return nil
+}
+
+// readAll reads every entry of a hash map with batch lookups. They walk the
+// map bucket by bucket and, unlike key-by-key iteration, neither restart nor
+// abort when entries are deleted meanwhile — and connections close all the
+// time.
+func readAll[K, V any](m *ebpf.Map) ([]K, []V, error) {
+	const chunk = 4096 // far more than one hash bucket ever holds
+	var keys []K
+	var values []V
+	var cursor ebpf.MapBatchCursor
+	k, v := make([]K, chunk), make([]V, chunk)
+	for {
+		n, err := m.BatchLookup(&cursor, k, v, nil)
+		keys, values = append(keys, k[:n]...), append(values, v[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, values, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+func (t *Tracker) drops() (lost, mapFull uint64, err error) {
+	sum := func(idx uint32) (uint64, error) {
+		var perCPU []uint64
+		if err := t.objs.Drops.Lookup(idx, &perCPU); err != nil {
+			return 0, fmt.Errorf("reading drop counters: %w", err)
+		}
+		var n uint64
+		for _, v := range perCPU {
+			n += v
+		}
+		return n, nil
+	}
+	if lost, err = sum(dropLost); err != nil {
+		return 0, 0, err
+	}
+	mapFull, err = sum(dropMapFull)
+	return lost, mapFull, err
+}
+
+// byTuple orders records the same way every refresh: by protocol, then
+// local and remote address and port.
+func byTuple(a, b conn.Record) int {
+	return cmp.Or(
+		cmp.Compare(a.Proto, b.Proto),
+		a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),
+		a.RemoteAddr.Compare(b.RemoteAddr), cmp.Compare(a.RemotePort, b.RemotePort),
+		cmp.Compare(a.Netns, b.Netns))
+}
+
+func ownNetns() uint32 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &st) != nil {
+		return 0
+	}
+	return uint32(st.Ino)
+}

@@ -1,0 +1,87 @@
+package latency
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/stacktop/stacktop/internal/features"
+)
+
+// Network namespace selections besides an inode number (netstacklat's -n).
+const (
+	OwnNetns int64 = 0  // the namespace stacktop runs in
+	AllNetns int64 = -1 // every namespace, following new ones
+)
+
+// Config selects what the tracer measures; the zero value of each filter
+// means "no filter".
+type Config struct {
+	Hooks         HookSet
+	Backend       features.Backend
+	PIDs          []uint32 // socket-read hooks only, as in netstacklat
+	Ifindexes     []uint32
+	Cgroups       []uint64 // socket-read hooks only (cgroup of the reading task)
+	Netns         int64    // OwnNetns, AllNetns or a namespace inode
+	MinQueueLen   uint32   // socket-read hooks only
+	GroupByIface  bool
+	GroupByCgroup bool
+	IncludeHOL    bool // include TCP reads that may have waited for a lost segment
+	MaxHistograms uint32
+}
+
+// defaultMaxHistograms bounds the (hook, iface, cgroup) combinations kept;
+// beyond it new combinations are counted as "hist_full" and dropped.
+const defaultMaxHistograms = 4096
+
+// configure writes cfg into the BPF object before it is loaded: constants
+// the verifier can prune on, and map sizes.
+func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32) error {
+	consts := map[string]any{
+		"netns_inum":          netnsInum,
+		"min_queue_len":       cfg.MinQueueLen,
+		"filter_pid":          len(cfg.PIDs) > 0,
+		"filter_ifindex":      len(cfg.Ifindexes) > 0,
+		"filter_cgroup":       len(cfg.Cgroups) > 0,
+		"group_by_ifindex":    cfg.GroupByIface,
+		"group_by_cgroup":     cfg.GroupByCgroup,
+		"include_hol_blocked": cfg.IncludeHOL,
+	}
+	for name, v := range consts {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	sizes := map[string]int{
+		"pid_filter":     len(cfg.PIDs),
+		"ifindex_filter": len(cfg.Ifindexes),
+		"cgroup_filter":  len(cfg.Cgroups),
+	}
+	for name, n := range sizes {
+		spec.Maps[name].MaxEntries = uint32(max(n, 1))
+	}
+	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
+	return nil
+}
+
+// fillFilters puts the filter values into the loaded maps.
+func fillFilters(maps map[string]*ebpf.Map, cfg Config) error {
+	one := uint8(1)
+	for _, pid := range cfg.PIDs {
+		if err := maps["pid_filter"].Put(pid, one); err != nil {
+			return fmt.Errorf("pid filter: %w", err)
+		}
+	}
+	for _, idx := range cfg.Ifindexes {
+		if err := maps["ifindex_filter"].Put(idx, one); err != nil {
+			return fmt.Errorf("interface filter: %w", err)
+		}
+	}
+	for _, id := range cfg.Cgroups {
+		if err := maps["cgroup_filter"].Put(id, one); err != nil {
+			return fmt.Errorf("cgroup filter: %w", err)
+		}
+	}
+	return nil
+}

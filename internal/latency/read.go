@@ -1,0 +1,146 @@
+package latency
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+
+	"github.com/stacktop/stacktop/internal/cgroup"
+	"github.com/stacktop/stacktop/internal/hist"
+)
+
+// names turns cgroup ids into what users recognise.
+type names struct {
+	cgroups *cgroup.Resolver
+}
+
+func newNames() (*names, error) {
+	r, err := cgroup.NewResolver()
+	if err != nil {
+		return nil, fmt.Errorf("cgroup names: %w", err)
+	}
+	return &names{cgroups: r}, nil
+}
+
+// ifaceNames maps the indexes of our namespace's interfaces to their names,
+// from one netlink dump.
+func ifaceNames() map[uint32]string {
+	out := map[uint32]string{}
+	ifcs, _ := net.Interfaces()
+	for _, ifc := range ifcs {
+		out[uint32(ifc.Index)] = ifc.Name
+	}
+	return out
+}
+
+// ifaceName names an interface; an index that is not (any more) one of ours
+// is shown as "if<index>".
+func ifaceName(names map[uint32]string, idx uint32) string {
+	if n, ok := names[idx]; ok {
+		return n
+	}
+	return "if" + strconv.FormatUint(uint64(idx), 10)
+}
+
+// Read returns, per hook (and interface/cgroup when grouping), the histogram
+// of every sample since Start: cumulative, so a Prometheus collector can
+// export it as is. It sums the per-CPU copies and is safe to call from any
+// goroutine at any time while the tracer is open.
+func (t *Tracer) Read() ([]hist.Series, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.maps["hists"]
+	if m == nil {
+		return nil, fmt.Errorf("tracer is closed")
+	}
+	type keyed struct {
+		key latencyHistKey
+		s   hist.Series
+	}
+	var out []keyed
+	var ifaces map[uint32]string // fetched once, on the first grouped series
+	var key latencyHistKey
+	var perCPU []latencyHistValue
+	it := m.Iterate()
+	for it.Next(&key, &perCPU) {
+		s := hist.Series{Hook: Hook(key.Hook).String()}
+		for _, v := range perCPU {
+			for i := range hist.NBuckets {
+				s.Hist.Buckets[i] += v.Slots[i]
+			}
+			s.Hist.Sum += v.Slots[hist.NBuckets]
+		}
+		if key.Ifindex != 0 {
+			if ifaces == nil {
+				ifaces = ifaceNames()
+			}
+			s.Iface = ifaceName(ifaces, key.Ifindex)
+		}
+		if key.Cgroup != 0 {
+			s.Cgroup = t.names.cgroups.Path(key.Cgroup)
+		}
+		out = append(out, keyed{key, s})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading histograms: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].key, out[j].key
+		if a.Hook != b.Hook {
+			return a.Hook < b.Hook
+		}
+		if out[i].s.Iface != out[j].s.Iface {
+			return out[i].s.Iface < out[j].s.Iface
+		}
+		return out[i].s.Cgroup < out[j].s.Cgroup
+	})
+	series := make([]hist.Series, len(out))
+	for i, k := range out {
+		series[i] = k.s
+	}
+	return series, nil
+}
+
+// ReasonHistFull names the counter of samples lost for want of room in the
+// histogram map.
+const ReasonHistFull = "hist_full"
+
+// Reasons name the debug counters, in the order of enum reason in the BPF
+// program: what happened to each packet a hook saw.
+var Reasons = []string{"recorded", "no_stamp", "future_stamp", "delivery_time", ReasonHistFull,
+	"hol_blocked", "fifo_full", "read_untracked"}
+
+// Counter is one debug counter: how many packets a hook saw for a reason.
+type Counter struct {
+	Hook   string `json:"hook"`
+	Reason string `json:"reason"`
+	Count  uint64 `json:"count"`
+}
+
+// Counters returns the non-zero debug counters since Start.
+func (t *Tracer) Counters() ([]Counter, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.maps["counters"]
+	if m == nil {
+		return nil, fmt.Errorf("tracer is closed")
+	}
+	var out []Counter
+	for _, h := range Hooks {
+		for r, reason := range Reasons {
+			var perCPU []uint64
+			if err := m.Lookup(uint32(int(h)*len(Reasons)+r), &perCPU); err != nil {
+				return nil, fmt.Errorf("reading counters: %w", err)
+			}
+			var n uint64
+			for _, v := range perCPU {
+				n += v
+			}
+			if n > 0 {
+				out = append(out, Counter{Hook: h.String(), Reason: reason, Count: n})
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,140 @@
+// Package output writes connection snapshots as text, JSON lines or CSV,
+// and appends them to a CSV log that survives restarts (--log).
+package output
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/stacktop/stacktop/internal/conn"
+)
+
+// Writer writes one snapshot (one refresh).
+type Writer interface {
+	Write(conn.Snapshot) error
+}
+
+// Formats lists the accepted --format values, the default first.
+var Formats = []string{"text", "json", "csv"}
+
+// New returns the writer for a --format value (validated by the caller).
+func New(format string, w io.Writer) Writer {
+	switch format {
+	case "json":
+		return &JSON{enc: json.NewEncoder(w)}
+	case "csv":
+		return NewCSV(w, true)
+	default:
+		return &Text{w: w}
+	}
+}
+
+// Text writes one line per connection, then a footer with the counts and
+// the loss counters.
+type Text struct{ w io.Writer }
+
+func (t *Text) Write(s conn.Snapshot) error {
+	var b strings.Builder
+	var opened, closed int
+	for i := range s.Records {
+		r := &s.Records[i]
+		switch r.Event {
+		case conn.New:
+			opened++
+		case conn.Closed:
+			closed++
+		}
+		b.WriteString(TextLine(r))
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "%s -- %d connections (%d new, %d closed); lost events: %d, map full: %d\n",
+		s.Time.Format("15:04:05"), len(s.Records), opened, closed, s.Lost, s.MapFull)
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+// TextLine renders one record the way `stream` prints it.
+func TextLine(r *conn.Record) string {
+	owner := "-"
+	if r.PID != 0 {
+		owner = fmt.Sprintf("%d/%s", r.PID, r.Comm)
+	}
+	line := fmt.Sprintf("%s %s %s > %s %-11s %-22s in %s (%s) out %s (%s) pkts %d/%d rtt %s retrans %d cgroup %s",
+		r.TS.Format("15:04:05"), r.Proto, hostPort(r.LocalAddr.String(), r.LocalPort),
+		hostPort(r.RemoteAddr.String(), r.RemotePort), r.State, owner,
+		Bytes(r.BytesIn), Rate(r.RateIn), Bytes(r.BytesOut), Rate(r.RateOut),
+		r.PacketsIn, r.PacketsOut, rtt(r.RTTus), r.Retrans, orDash(r.Cgroup))
+	switch r.Event {
+	case conn.New:
+		line += " [NEW]"
+	case conn.Closed:
+		line += " [CLOSED]"
+	}
+	if r.Partial {
+		line += " [PARTIAL]"
+	}
+	return line
+}
+
+func hostPort(host string, port uint16) string {
+	if strings.Contains(host, ":") {
+		return fmt.Sprintf("[%s]:%d", host, port)
+	}
+	return fmt.Sprintf("%s:%d", host, port)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func rtt(us uint32) string {
+	if us < 1000 {
+		return fmt.Sprintf("%dus", us)
+	}
+	return fmt.Sprintf("%.1fms", float64(us)/1000)
+}
+
+// Bytes renders a byte count with binary prefixes: 512B, 1.5KiB, 3.0MiB.
+func Bytes(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, i := float64(n)/1024, 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f%ciB", v, units[i])
+}
+
+// Rate renders bytes per second.
+func Rate(bps float64) string { return Bytes(uint64(bps+0.5)) + "/s" }
+
+// JSON writes one conn.Record object per line, then one summary object per
+// refresh: {"ts":…,"event":"summary","connections":N,"lost":N,"map_full":N}.
+type JSON struct{ enc *json.Encoder }
+
+// Summary is the per-refresh JSON object carrying the loss counters.
+type Summary struct {
+	TS          string `json:"ts"`
+	Event       string `json:"event"` // always "summary"
+	Connections int    `json:"connections"`
+	Lost        uint64 `json:"lost"`
+	MapFull     uint64 `json:"map_full"`
+}
+
+func (j *JSON) Write(s conn.Snapshot) error {
+	for i := range s.Records {
+		if err := j.enc.Encode(&s.Records[i]); err != nil {
+			return err
+		}
+	}
+	return j.enc.Encode(Summary{TS: s.Time.Format(timeFormat), Event: "summary",
+		Connections: len(s.Records), Lost: s.Lost, MapFull: s.MapFull})
+}

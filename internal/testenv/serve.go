@@ -1,0 +1,30 @@
+package testenv
+
+import (
+	"net"
+	"testing"
+)
+
+// ServeTCP listens on addr inside the peer's namespace and runs handle on
+// each accepted connection, closing it afterwards, until the test ends.
+func (p *Peer) ServeTCP(t testing.TB, addr string, handle func(net.Conn)) *net.TCPListener {
+	t.Helper()
+	var l net.Listener
+	if err := p.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatalf("listening on %s in %s: %v", addr, p.Name, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return l.(*net.TCPListener)
+}
