@@ -51,8 +51,10 @@ func benchMain(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the benchmark loads BPF programs and creates network namespaces: run it as root")
 	}
-	res := &results{Machine: describeMachine(cfg.Stacktop), Started: time.Now(),
-		Command: strings.Join(append([]string{"bench"}, args...), " ")}
+	res := &results{Machine: describeMachine(cfg.Stacktop), Started: time.Now(), Command: cfg.Command}
+	if res.Command == "" {
+		res.Command = strings.Join(append([]string{"bench"}, args...), " ")
+	}
 	slog.Info("benchmark starting", "out", cfg.Out, "estimate", cfg.estimate().Round(time.Minute),
 		"suites", cfg.Suites, "tools", cfg.Tools)
 

@@ -19,6 +19,7 @@ import (
 // full run fit in about 20 minutes on a 2-core machine.
 type config struct {
 	Stacktop string
+	Command  string // how the run was invoked, for the report
 	Out      string
 	Suites   []string
 	Tools    []string // compared tools, without the baseline
@@ -43,6 +44,7 @@ func parseConfig(args []string) (config, error) {
 	c := config{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.Stacktop, "stacktop", "", "stacktop binary to measure (required)")
+	fs.StringVar(&c.Command, "command", "", "the invocation to show in the report (bench/run.sh passes its own)")
 	fs.StringVar(&c.Out, "out", "", "directory for results.json, report.md and tool logs (default: a new one under /tmp)")
 	suites := fs.String("suites", strings.Join(allSuites, ","), "suites to run")
 	tools := fs.String("tools", "latency,stream,serve,bpftrace", "tools to compare with the baseline")

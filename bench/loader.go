@@ -56,8 +56,10 @@ func holdMain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx = untilStdinCloses(ctx)
-	return connload.Hold(ctx, n, addrs, func() {
+	if n < 1 {
+		return fmt.Errorf("hold: -n %d must be positive", n)
+	}
+	return connload.Hold(untilStdinCloses(ctx), n, addrs, func() {
 		fmt.Println("ready")
 	})
 }

@@ -32,4 +32,4 @@ bin=$(mktemp -d /tmp/stacktop-bench-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 CGO_ENABLED=0 go build -trimpath -o "$bin/stacktop" ./cmd/stacktop
 CGO_ENABLED=0 go build -trimpath -o "$bin/bench" ./bench
-"$bin/bench" -stacktop "$bin/stacktop" "$@"
+"$bin/bench" -stacktop "$bin/stacktop" -command "bench/run.sh $*" "$@"

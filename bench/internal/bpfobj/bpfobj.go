@@ -172,41 +172,36 @@ type Memlock struct {
 // MemlockOf sums bytes_memlock over the objects in h.
 func MemlockOf(h Held) (Memlock, error) {
 	var m Memlock
-	for _, id := range h.Maps {
-		mp, err := ebpf.NewMapFromID(id)
+	var err error
+	if m.Maps, m.NMaps, err = sumMemlock(h.Maps, ebpf.NewMapFromID, (*ebpf.Map).Info); err != nil {
+		return m, err
+	}
+	m.Progs, m.NProgs, err = sumMemlock(h.Progs, ebpf.NewProgramFromID, (*ebpf.Program).Info)
+	return m, err
+}
+
+// sumMemlock opens each object by id and adds up what its info reports as
+// locked; objects gone meanwhile are left out.
+func sumMemlock[ID ~uint32, O io.Closer, I interface{ Memlock() (uint64, bool) }](
+	ids []ID, open func(ID) (O, error), info func(O) (I, error)) (total uint64, n int, err error) {
+	for _, id := range ids {
+		obj, err := open(id)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return m, fmt.Errorf("map %d: %w", id, err)
+			return total, n, fmt.Errorf("BPF object %d: %w", id, err)
 		}
-		info, err := mp.Info()
-		mp.Close()
+		in, err := info(obj)
+		obj.Close()
 		if err != nil {
-			return m, fmt.Errorf("map %d: %w", id, err)
+			return total, n, fmt.Errorf("BPF object %d: %w", id, err)
 		}
-		bytes, _ := info.Memlock()
-		m.Maps += bytes
-		m.NMaps++
+		bytes, _ := in.Memlock()
+		total += bytes
+		n++
 	}
-	for _, id := range h.Progs {
-		p, err := ebpf.NewProgramFromID(id)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return m, fmt.Errorf("program %d: %w", id, err)
-		}
-		info, err := p.Info()
-		p.Close()
-		if err != nil {
-			return m, fmt.Errorf("program %d: %w", id, err)
-		}
-		bytes, _ := info.Memlock()
-		m.Progs += bytes
-		m.NProgs++
-	}
-	return m, nil
+	return total, n, nil
 }
 
 // Empty is a program that does nothing, attached to a raw tracepoint: its
