@@ -146,10 +146,11 @@ func (c config) has(suite string) bool { return slices.Contains(c.Suites, suite)
 // before starting it.
 func (c config) estimate() time.Duration {
 	var d time.Duration
-	perRound := c.Duration + 3*time.Second // tool start-up and settling
+	perRound := c.Duration + 4*time.Second // tool start-up and settling
 	if c.has("overhead") {
-		rounds := 1 + 2*len(c.Tools)*c.Rounds
-		d += time.Duration(rounds*len(c.Conns)*len(c.Paths)) * perRound
+		toolRounds := len(c.Tools) * c.Rounds
+		perConfig := time.Second + time.Duration(toolRounds)*perRound + time.Duration(toolRounds+1)*c.Duration
+		d += time.Duration(len(c.Conns)*len(c.Paths)) * perConfig
 	}
 	if c.has("cost") {
 		d += time.Duration(len(c.Tools)) * perRound

@@ -38,6 +38,12 @@ func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]
 	for _, path := range cfg.Paths {
 		for _, conns := range cfg.Conns {
 			r := overheadResult{Path: path, Conns: conns}
+			// A short unrecorded run first, so the first baseline round does
+			// not pay for cold caches and nginx's first accept burst.
+			g, url := w.wrk(path)
+			if _, err := g.Run(url, conns, time.Second); err != nil {
+				return out, fmt.Errorf("%s, %d connections, warm-up: %w", path, conns, err)
+			}
 			var samples []rounds.Sample
 			for i, name := range schedule {
 				round, err := overheadRound1(ctx, env, w, path, conns, cfg.Duration, name)
