@@ -33,6 +33,7 @@ type results struct {
 	UserSpace []userspaceResult `json:"userspace,omitempty"`
 	Churn     *churnResult      `json:"churn,omitempty"`
 	Startup   []startupResult   `json:"startup,omitempty"`
+	LeftOut   []string          `json:"left_out,omitempty"` // tools this stacktop build lacks
 }
 
 type machine struct {
@@ -55,6 +56,14 @@ func benchMain(ctx context.Context, args []string) error {
 	if res.Command == "" {
 		res.Command = strings.Join(append([]string{"bench"}, args...), " ")
 	}
+	cfg.Tools = slices.DeleteFunc(cfg.Tools, func(name string) bool {
+		if !isStacktop(name) || exec.Command(cfg.Stacktop, name, "--help").Run() == nil {
+			return false
+		}
+		slog.Warn("this stacktop has no such command: tool left out", "tool", name)
+		res.LeftOut = append(res.LeftOut, name)
+		return true
+	})
 	slog.Info("benchmark starting", "out", cfg.Out, "estimate", cfg.estimate().Round(time.Minute),
 		"suites", cfg.Suites, "tools", cfg.Tools)
 

@@ -14,7 +14,11 @@ func renderMarkdown(cfg config, res *results) string {
 	var b strings.Builder
 	m := res.Machine
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d MiB, Linux %s; %s.\n", m.CPUs, m.Model, m.MemMiB, m.Kernel, m.Version)
-	fmt.Fprintf(&b, "Run: `%s` started %s, took %s.\n\n", res.Command, res.Started.UTC().Format(time.RFC3339), res.Elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "Run: `%s` started %s, took %s.\n", res.Command, res.Started.UTC().Format(time.RFC3339), res.Elapsed.Round(time.Second))
+	if len(res.LeftOut) > 0 {
+		fmt.Fprintf(&b, "Left out, not in this stacktop build: %s.\n", strings.Join(res.LeftOut, ", "))
+	}
+	b.WriteString("\n")
 
 	if len(res.Overhead) > 0 {
 		fmt.Fprintf(&b, "### Overhead on nginx (wrk, %s per round, %d rounds per tool)\n\n", cfg.Duration, cfg.Rounds)
