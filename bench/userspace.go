@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -111,7 +112,7 @@ func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, 
 
 	quiet := userspaceResult{Conns: n, Output: "none (--port 9)"}
 	watch = &streamWatch{}
-	if run, err = tool.Start(ctx, env, stream, watch, append(streamArgs, "--port", "9")...); err != nil {
+	if run, err = tool.Start(ctx, env, stream, watch, slices.Concat(streamArgs, []string{"--port", "9"})...); err != nil {
 		return nil, err
 	}
 	defer run.Stop()
