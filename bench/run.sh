@@ -28,6 +28,9 @@ fi
 if ! mountpoint -q /sys/kernel/tracing; then
 	mount -t tracefs nodev /sys/kernel/tracing
 fi
+# wrk holds 1,000 connections and nginx as many: lift the soft descriptor
+# limit to the hard one.
+ulimit -n "$(ulimit -Hn)"
 bin=$(mktemp -d /tmp/stacktop-bench-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 CGO_ENABLED=0 go build -trimpath -o "$bin/stacktop" ./cmd/stacktop

@@ -28,10 +28,10 @@ daemon off;
 master_process on;
 worker_processes 1;
 {{if .CPU}}worker_cpu_affinity {{.CPU}};
-{{end}}worker_rlimit_nofile 65536;
+{{end}}worker_rlimit_nofile 4096;
 pid {{.Dir}}/nginx.pid;
 error_log {{.Dir}}/error.log warn;
-events { worker_connections 16384; }
+events { worker_connections 4000; }
 http {
 	access_log off;
 	keepalive_timeout 300s;
