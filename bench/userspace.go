@@ -141,7 +141,7 @@ func churn(ctx context.Context, cfg config, env tool.Env, stream tool.Tool) (*ch
 		return nil, err
 	}
 	defer run.Stop()
-	load, err := startLoader("churn", "-rate", strconv.Itoa(cfg.Churn), "-listeners", "4",
+	load, err := startLoader("churn", "-rate", strconv.Itoa(cfg.Churn), "-listeners", "8",
 		"-port", strconv.Itoa(int(cfg.churnPort())))
 	if err != nil {
 		return nil, err
