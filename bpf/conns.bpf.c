@@ -116,6 +116,22 @@ struct {
 	__type(value, struct owner);
 } owners SEC(".maps");
 
+struct listener_key {
+	u32 netns;
+	u16 port;
+	u16 pad;
+};
+
+/* Owners of listening sockets by (netns, port): a child socket is created
+ * in softirq, and takes its listener's owner until its own process uses it.
+ * User space adds the listeners that existed before start-up. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct listener_key);
+	__type(value, struct owner);
+} listeners SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
@@ -223,8 +239,19 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	if (newstate != TCP_CLOSE || !c->family)
 		read_tuple(c, sk);
 	c->state = newstate; /* the socket's own field changes after the tracepoint */
+	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
+	if (newstate == TCP_LISTEN)
+		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
+	if (newstate == TCP_SYN_RECV) {
+		/* Cloned from its listener: the port is the listener's. */
+		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
+		if (o)
+			c->owner = *o;
+	}
 	if (newstate != TCP_CLOSE)
 		return 0;
+	if (oldstate == TCP_LISTEN)
+		bpf_map_delete_elem(&listeners, &lk);
 	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
 		count_drop(DROP_LOST);
 	bpf_map_delete_elem(&conns, &cookie);

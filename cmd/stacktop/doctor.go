@@ -68,15 +68,8 @@ accepted it and, if not, the error it answered with.`,
 // hookProbers attach each command's hooks once and report the backend each
 // got; a command with hooks adds its line here.
 var hookProbers = map[string]func() ([]features.Choice, error){
-	"latency": func() ([]features.Choice, error) { return latency.Probe(features.Auto) },
-	"top/stream": func() ([]features.Choice, error) {
-		t, err := conntrack.Open(conntrack.Config{})
-		if err != nil {
-			return nil, err
-		}
-		defer t.Close()
-		return t.Choices(), nil
-	},
+	"latency":    func() ([]features.Choice, error) { return latency.Probe(features.Auto) },
+	"top/stream": func() ([]features.Choice, error) { return conntrack.Probe(features.Auto) },
 }
 
 // probeHooks runs every prober; a hook no backend could attach shows up with

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -187,36 +188,37 @@ func report(w io.Writer, tr *latency.Tracer, format string, withCounters bool) e
 }
 
 // listProbes attaches every selected probe to learn which backend it gets,
-// prints the list and detaches again.
+// prints the list and detaches again; refusals follow the table.
 func listProbes(w io.Writer, cfg latency.Config) error {
 	choices, err := latency.Probe(cfg.Backend)
+	if choices == nil {
+		return err // nothing could be loaded at all
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
-	for _, h := range latency.Hooks {
-		var c features.Choice
-		if int(h) < len(choices) {
-			c = choices[h]
-		}
-		backend := string(c.Backend)
-		if backend == "" {
-			backend = "none"
-		}
+	var refusals []string
+	for i, h := range latency.Hooks {
+		c := choices[i]
+		backend := cmp.Or(string(c.Backend), "none")
 		enabled := "yes"
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
 		for _, r := range c.Refused {
-			fmt.Fprintf(tw, "    refused %s: %s\n", r.Backend, r.Reason)
+			refusals = append(refusals, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
 		}
-		if c.Backend == "" && len(c.Refused) == 0 && cfg.Hooks.Has(h) {
-			fmt.Fprintf(tw, "    refused %s: no program of this backend implements the probe yet\n", cfg.Backend)
+		if c.Backend == "" && len(c.Refused) == 0 {
+			refusals = append(refusals, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
 		}
 	}
-	if choices == nil {
-		return err // nothing could be loaded at all
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-	return tw.Flush()
+	if len(refusals) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(refusals, "\n"))
+	}
+	return nil
 }
 
 // config validates every flag; errors name the flag and the value (exit 2).

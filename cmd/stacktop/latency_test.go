@@ -6,50 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// stacktopBinary builds the command once per test run, into a directory
-// every user may enter (the bad-input tests run it as nobody).
-func stacktopBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stacktop-cli-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		_ = os.Chmod(dir, 0o755)
-		binPath = filepath.Join(dir, "stacktop")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		out, err := exec.Command(goTool, "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("building stacktop: %v", buildErr)
-	}
-	return binPath
-}
 
 // TestLatencyBadInput: every malformed value exits 2 with a message naming
 // the flag and the value. The binary runs as nobody: exiting 2 rather than 77
@@ -57,7 +30,7 @@ func stacktopBinary(t *testing.T) string {
 // anything touched the kernel. Valid input as nobody exits 77.
 func TestLatencyBadInput(t *testing.T) {
 	testenv.RequireRoot(t)
-	bin := stacktopBinary(t)
+	bin := testenv.Binary(t)
 	cases := []struct {
 		args []string
 		want string
@@ -130,33 +103,35 @@ func bpfObjectsOf(t *testing.T, pid int) (progs, links map[int]bool) {
 	return progs, links
 }
 
-// bpftoolIDs lists the ids of every program and link in the kernel.
-func bpftoolIDs(t *testing.T) (progs, links map[int]bool) {
+// stillLoaded returns the ids among progs and links that the kernel still
+// knows (a lookup by id that does not fail with ENOENT).
+func stillLoaded(t *testing.T, progs, links map[int]bool) []string {
 	t.Helper()
-	progs, links = map[int]bool{}, map[int]bool{}
-	for what, ids := range map[string]map[int]bool{"prog": progs, "link": links} {
-		out, err := exec.Command("bpftool", "-j", what, "show").Output()
-		if err != nil {
-			t.Fatalf("bpftool %s show: %v", what, err)
-		}
-		var objs []struct {
-			ID int `json:"id"`
-		}
-		if err := json.Unmarshal(out, &objs); err != nil {
-			t.Fatalf("bpftool %s show: %v", what, err)
-		}
-		for _, o := range objs {
-			ids[o.ID] = true
+	var left []string
+	check := func(kind string, id int, open func() (io.Closer, error)) {
+		obj, err := open()
+		switch {
+		case err == nil:
+			obj.Close()
+			left = append(left, fmt.Sprintf("%s %d", kind, id))
+		case !errors.Is(err, unix.ENOENT):
+			t.Fatalf("looking up %s %d: %v", kind, id, err)
 		}
 	}
-	return progs, links
+	for id := range progs {
+		check("program", id, func() (io.Closer, error) { return ebpf.NewProgramFromID(ebpf.ProgramID(id)) })
+	}
+	for id := range links {
+		check("link", id, func() (io.Closer, error) { return link.NewFromID(link.ID(id)) })
+	}
+	return left
 }
 
 // runningLatency starts `stacktop latency args...` as root and returns it
 // once its first report is out, with its stdout lines arriving on a channel.
 func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(stacktopBinary(t), append([]string{"latency"}, args...)...)
+	cmd := exec.Command(testenv.Binary(t), append([]string{"latency"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -178,8 +153,8 @@ func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 }
 
 // TestLatencySignalsDetachEverything: SIGINT, SIGTERM and SIGHUP each print a
-// final report and exit 0, and afterwards bpftool shows none of the programs
-// and links the run held (found through its /proc/<pid>/fdinfo, so programs
+// final report and exit 0, and afterwards the kernel knows none of the
+// programs and links the run held (found through its /proc/<pid>/fdinfo, so programs
 // of other tests running on the kernel do not matter).
 func TestLatencySignalsDetachEverything(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -209,25 +184,13 @@ func TestLatencySignalsDetachEverything(t *testing.T) {
 			}
 			// the kernel frees programs after an RCU grace period, so
 			// they may outlive the process by a moment
-			var left []int
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				kernelProgs, kernelLinks := bpftoolIDs(t)
-				left = left[:0]
-				for id := range progs {
-					if kernelProgs[id] {
-						left = append(left, id)
-					}
-				}
-				for id := range links {
-					if kernelLinks[id] {
-						left = append(left, id)
-					}
-				}
+				left := stillLoaded(t, progs, links)
 				if len(left) == 0 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("5s after exit, programs/links %v of the run are still there", left)
+					t.Fatalf("5s after exit, %v of the run are still loaded", left)
 				}
 			}
 		})
@@ -307,7 +270,7 @@ func TestLatencyDisabledProbesStayEmpty(t *testing.T) {
 // TestLatencyListProbes: -l names every probe with the backend it gets here.
 func TestLatencyListProbes(t *testing.T) {
 	testenv.RequireRoot(t)
-	out, err := exec.Command(stacktopBinary(t), "latency", "-l").Output()
+	out, err := exec.Command(testenv.Binary(t), "latency", "-l").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

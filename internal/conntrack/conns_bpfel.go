@@ -54,6 +54,13 @@ type connsFlowKey struct {
 	Pad    uint16
 }
 
+type connsListenerKey struct {
+	_     structs.HostLayout
+	Netns uint32
+	Port  uint16
+	Pad   uint16
+}
+
 type connsOwner struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -70,6 +77,7 @@ const (
 	connsMapConns            = "conns"
 	connsMapDrops            = "drops"
 	connsMapFlows            = "flows"
+	connsMapListeners        = "listeners"
 	connsMapOwners           = "owners"
 	connsProgConnsRecv       = "conns_recv"
 	connsProgConnsSend       = "conns_send"
@@ -131,11 +139,12 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	Closed *ebpf.MapSpec `ebpf:"closed"`
-	Conns  *ebpf.MapSpec `ebpf:"conns"`
-	Drops  *ebpf.MapSpec `ebpf:"drops"`
-	Flows  *ebpf.MapSpec `ebpf:"flows"`
-	Owners *ebpf.MapSpec `ebpf:"owners"`
+	Closed    *ebpf.MapSpec `ebpf:"closed"`
+	Conns     *ebpf.MapSpec `ebpf:"conns"`
+	Drops     *ebpf.MapSpec `ebpf:"drops"`
+	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	Listeners *ebpf.MapSpec `ebpf:"listeners"`
+	Owners    *ebpf.MapSpec `ebpf:"owners"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -164,11 +173,12 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	Closed *ebpf.Map `ebpf:"closed"`
-	Conns  *ebpf.Map `ebpf:"conns"`
-	Drops  *ebpf.Map `ebpf:"drops"`
-	Flows  *ebpf.Map `ebpf:"flows"`
-	Owners *ebpf.Map `ebpf:"owners"`
+	Closed    *ebpf.Map `ebpf:"closed"`
+	Conns     *ebpf.Map `ebpf:"conns"`
+	Drops     *ebpf.Map `ebpf:"drops"`
+	Flows     *ebpf.Map `ebpf:"flows"`
+	Listeners *ebpf.Map `ebpf:"listeners"`
+	Owners    *ebpf.Map `ebpf:"owners"`
 }
 
 func (m *connsMaps) Close() error {
@@ -177,6 +187,7 @@ func (m *connsMaps) Close() error {
 		m.Conns,
 		m.Drops,
 		m.Flows,
+		m.Listeners,
 		m.Owners,
 	)
 }

@@ -190,7 +190,8 @@ func TestUDPUnconnectedServer(t *testing.T) {
 }
 
 // TestPreexistingConnection: a connection opened before the tracker starts
-// is listed in the first snapshot as partial, with its state and owner.
+// is listed in the first snapshot as partial, with its state and owner, at
+// both ends (one in another network namespace).
 func TestPreexistingConnection(t *testing.T) {
 	p := testenv.NewPeer(t, "stc-pre", 53)
 	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
@@ -211,6 +212,12 @@ func TestPreexistingConnection(t *testing.T) {
 	}
 	if r.Event != conn.New || r.LocalAddr != p.HostIP4 || r.RemoteAddr != p.PeerIP4 {
 		t.Errorf("got %+v", r)
+	}
+	// Its other end lives in the peer's namespace, owned by this process.
+	peerEnd := find(s.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(port) && r.RemotePort == uint16(local) })
+	if len(peerEnd) != 1 || !peerEnd[0].Partial || peerEnd[0].PID != uint32(os.Getpid()) ||
+		peerEnd[0].Netns != uint32(p.Inode()) || peerEnd[0].State != "ESTABLISHED" {
+		t.Errorf("the server's end in namespace %d: %s", p.Inode(), dump(peerEnd))
 	}
 
 	// Once it moves data the kernel's entry for it (same socket cookie as
@@ -319,4 +326,44 @@ func TestTCPStates(t *testing.T) {
 		t.Errorf("closed events of the client: %s", dump(closed))
 	}
 	client.Close()
+}
+
+// TestAcceptedSocketOwner: an accepted connection that its process has not
+// read or written yet is created in softirq; it carries its listener's owner,
+// both for a listener created after the tracker started and for one that
+// existed before (known from the start-up listing).
+func TestAcceptedSocketOwner(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-accept", 59)
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", addrPort(p.HostIP4, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	before := listen()
+	tr := openTracker(t, Config{})
+	after := listen()
+	comm := procComm(t, os.Getpid())
+	for name, l := range map[string]net.Listener{"listener from before start-up": before, "listener from after": after} {
+		t.Run(name, func(t *testing.T) {
+			port := uint16(l.Addr().(*net.TCPAddr).Port)
+			var client net.Conn
+			if err := p.Do(func() (err error) { client, err = net.Dial("tcp", addrPort(p.HostIP4, int(port))); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			server, err := l.Accept() // and never read: no syscall on the socket
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer server.Close()
+			accepted := func(r *conn.Record) bool { return r.LocalPort == port && r.State == "ESTABLISHED" }
+			h := poll(t, tr, func(h *history) bool { return len(find(h.last.Records, accepted)) == 1 })
+			if r := find(h.last.Records, accepted)[0]; r.PID != uint32(os.Getpid()) || r.Comm != comm {
+				t.Errorf("accepted socket owned by %d/%s, want %d/%s", r.PID, r.Comm, os.Getpid(), comm)
+			}
+		})
+	}
 }

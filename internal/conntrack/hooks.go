@@ -49,8 +49,11 @@ func attachCgroup(at ebpf.AttachType) func(*ebpf.Program) (link.Link, error) {
 	}
 }
 
-// attachHooks picks a backend for every hook and keeps what it attached.
+// attachHooks picks a backend for every hook and keeps what it attached. It
+// tries every hook even after one failed, so that the choices tell the
+// whole story.
 func (t *Tracker) attachHooks(forced features.Backend) error {
+	var failed []error
 	for _, h := range hooks {
 		cands := make([]features.Candidate, len(h.candidates))
 		for i, c := range h.candidates {
@@ -59,10 +62,18 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 		choice, err := features.Choose(h.name, forced, cands...)
 		t.choices = append(t.choices, choice)
 		if err != nil {
-			return err
+			failed = append(failed, err)
 		}
 	}
-	return nil
+	if len(failed) == 0 {
+		return nil
+	}
+	more := ""
+	if len(failed) > 1 {
+		more = fmt.Sprintf(" (and %d more hooks)", len(failed)-1)
+	}
+	return fmt.Errorf("connection tracking: %w%s; `stacktop doctor` shows what this kernel allows, --backend auto picks what works",
+		failed[0], more)
 }
 
 // attach loads one program against the tracker's shared maps and attaches

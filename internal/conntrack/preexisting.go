@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
@@ -26,21 +30,43 @@ type preexisting struct {
 	cookie uint64
 }
 
-// listPreexisting enumerates the TCP sockets of stacktop's own network
-// namespace (sock_diag answers for one namespace) with their owners.
-func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
+// listPreexisting enumerates the TCP sockets of every network namespace it
+// can find (those of processes, and those named under /run/netns), with
+// their owners. sock_diag answers for one namespace at a time.
+func listPreexisting() map[uint64]*preexisting {
 	owners := socketOwners()
 	out := map[uint64]*preexisting{}
+	for ino, path := range namespaces() {
+		if err := listNamespace(path, ino, owners, out); err != nil {
+			// Namespaces come and go; one that vanished has nothing to list.
+			slog.Debug("listing connections of a network namespace", "path", path, "err", err)
+		}
+	}
+	return out
+}
+
+func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map[uint64]*preexisting) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		socks, err := netlink.SocketDiagTCPInfo(family)
+		socks, err := h.SocketDiagTCPInfo(family)
 		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return nil, fmt.Errorf("sock_diag TCP dump: %w", err)
+			return fmt.Errorf("sock_diag TCP dump: %w", err)
 		}
 		for _, s := range socks {
 			m := s.InetDiagMsg
-			// Time-wait and request sockets are not full sockets: they
-			// never reach another state change we could report.
-			if m.State == tcpTimeWait || m.State == tcpSynRecv || m.State == tcpNewSynRecv {
+			// Time-wait and request sockets are not full sockets, and a
+			// bound-only socket (CLOSE, dumped since 6.7) may be closed
+			// without a state change: none would ever be reported closed.
+			if m.State == tcpTimeWait || m.State == tcpSynRecv || m.State == tcpNewSynRecv || m.State == tcpClose {
 				continue
 			}
 			cookie := uint64(m.ID.Cookie[0]) | uint64(m.ID.Cookie[1])<<32
@@ -51,7 +77,7 @@ func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
 				RemoteAddr: ipAddr(m.ID.Destination),
 				RemotePort: m.ID.DestinationPort,
 				State:      stateName(m.State),
-				Netns:      netnsIno,
+				Netns:      ino,
 				Partial:    true,
 			}}
 			p.rec.Family = familyOf(p.rec.LocalAddr)
@@ -65,7 +91,45 @@ func listPreexisting(netnsIno uint32) (map[uint64]*preexisting, error) {
 			out[cookie] = p
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// namespaces returns a path to each network namespace, by inode.
+func namespaces() map[uint32]string {
+	paths, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	named, _ := filepath.Glob("/run/netns/*")
+	out := map[uint32]string{}
+	for _, p := range append(paths, named...) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			if _, seen := out[uint32(st.Ino)]; !seen {
+				out[uint32(st.Ino)] = p
+			}
+		}
+	}
+	return out
+}
+
+// seedListeners tells the kernel the owners of listeners that existed before
+// start-up, so that connections they accept from now on are attributed at
+// once, as those of listeners created later are.
+func (t *Tracker) seedListeners() error {
+	for _, p := range t.preexisting {
+		r := &p.rec
+		if r.State != "LISTEN" || r.PID == 0 {
+			continue
+		}
+		o := connsOwner{Pid: r.PID, Netns: r.Netns}
+		o.CgroupId, _ = cgroup.ID(r.Cgroup) // 0 (unknown) when it vanished meanwhile
+		for i := 0; i < len(o.Comm) && i < len(r.Comm); i++ {
+			o.Comm[i] = int8(r.Comm[i])
+		}
+		k := connsListenerKey{Netns: r.Netns, Port: r.LocalPort}
+		if err := t.objs.Listeners.Update(&k, &o, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("recording listener owners: %w", err)
+		}
+	}
+	return nil
 }
 
 func ipAddr(ip []byte) netip.Addr {

@@ -13,6 +13,7 @@ import (
 const (
 	tcpSynRecv    = 3
 	tcpTimeWait   = 6
+	tcpClose      = 7
 	tcpNewSynRecv = 12
 )
 

@@ -88,11 +88,21 @@ func Open(cfg Config) (*Tracker, error) {
 	return t, nil
 }
 
-func (t *Tracker) open() error {
-	var err error
-	if t.cgroups, err = cgroup.NewResolver(); err != nil {
-		return fmt.Errorf("cgroup v2: %w", err)
+// Probe attaches every connection hook, detaches them again and reports the
+// backend each got or why none would attach (for doctor).
+func Probe(backend features.Backend) ([]features.Choice, error) {
+	t := &Tracker{}
+	defer t.Close()
+	if err := t.loadMaps(); err != nil {
+		return nil, err
 	}
+	err := t.attachHooks(backend)
+	return t.choices, err
+}
+
+// loadMaps creates the maps every program of the object shares.
+func (t *Tracker) loadMaps() error {
+	var err error
 	if t.spec, err = loadConns(); err != nil {
 		return err
 	}
@@ -101,7 +111,18 @@ func (t *Tracker) open() error {
 	}
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
-		"closed": t.objs.Closed, "drops": t.objs.Drops,
+		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
+	}
+	return nil
+}
+
+func (t *Tracker) open() error {
+	var err error
+	if t.cgroups, err = cgroup.NewResolver(); err != nil {
+		return fmt.Errorf("cgroup v2: %w", err)
+	}
+	if err := t.loadMaps(); err != nil {
+		return err
 	}
 	if t.events, err = ringbuf.NewReader(t.objs.Closed); err != nil {
 		return fmt.Errorf("ring buffer: %w", err)
@@ -111,7 +132,8 @@ func (t *Tracker) open() error {
 	}
 	// Listed after attaching, so that no connection falls between the two:
 	// one that closes in between is reported by the kernel.
-	if t.preexisting, err = listPreexisting(ownNetns()); err != nil {
+	t.preexisting = listPreexisting()
+	if err := t.seedListeners(); err != nil {
 		return err
 	}
 	t.last = time.Now()
@@ -308,12 +330,4 @@ func byTuple(a, b conn.Record) int {
 		a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),
 		a.RemoteAddr.Compare(b.RemoteAddr), cmp.Compare(a.RemotePort, b.RemotePort),
 		cmp.Compare(a.Netns, b.Netns))
-}
-
-func ownNetns() uint32 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/self/ns/net", &st) != nil {
-		return 0
-	}
-	return uint32(st.Ino)
 }

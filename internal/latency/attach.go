@@ -216,10 +216,3 @@ func (s *netnsScope) bpfFilter() uint32 {
 	}
 	return uint32(s.mode)
 }
-
-func (a *netfilterAttachment) has(inode uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.inNS[inode]
-	return ok
-}

@@ -86,12 +86,12 @@ func inNetns(path string, fn func() error) (netns.NsHandle, error) {
 	return target, nil
 }
 
-// ErrNoNetns is returned when -n names an inode no live namespace has.
-var ErrNoNetns = errors.New("no network namespace with this inode")
+// errNoNetns is returned when -n names an inode no live namespace has.
+var errNoNetns = errors.New("no network namespace with this inode")
 
 func netnsPath(inode uint64) (string, error) {
 	if p, ok := namespaces()[inode]; ok {
 		return p, nil
 	}
-	return "", fmt.Errorf("%w: %d", ErrNoNetns, inode)
+	return "", fmt.Errorf("%w: %d", errNoNetns, inode)
 }

@@ -2,6 +2,7 @@ package latency
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"sort"
 	"strconv"
@@ -10,17 +11,25 @@ import (
 	"github.com/stacktop/stacktop/internal/hist"
 )
 
-// names turns cgroup ids into what users recognise.
-type names struct {
-	cgroups *cgroup.Resolver
+// cgroupNamer names cgroup ids by their path; without a cgroup v2 mount
+// (bpf_get_current_cgroup_id still works) ids are shown as "cgroup:<id>".
+type cgroupNamer struct {
+	resolver *cgroup.Resolver // nil without a v2 mount
 }
 
-func newNames() (*names, error) {
+func newCgroupNamer() *cgroupNamer {
 	r, err := cgroup.NewResolver()
 	if err != nil {
-		return nil, fmt.Errorf("cgroup names: %w", err)
+		slog.Info("cgroups shown by id", "reason", err)
 	}
-	return &names{cgroups: r}, nil
+	return &cgroupNamer{resolver: r}
+}
+
+func (c *cgroupNamer) name(id uint64) string {
+	if c.resolver == nil {
+		return "cgroup:" + strconv.FormatUint(id, 10)
+	}
+	return c.resolver.Path(id)
 }
 
 // ifaceNames maps the indexes of our namespace's interfaces to their names,
@@ -48,8 +57,8 @@ func ifaceName(names map[uint32]string, idx uint32) string {
 // export it as is. It sums the per-CPU copies and is safe to call from any
 // goroutine at any time while the tracer is open.
 func (t *Tracer) Read() ([]hist.Series, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mapsMu.RLock()
+	defer t.mapsMu.RUnlock()
 	m := t.maps["hists"]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
@@ -78,7 +87,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 			s.Iface = ifaceName(ifaces, key.Ifindex)
 		}
 		if key.Cgroup != 0 {
-			s.Cgroup = t.names.cgroups.Path(key.Cgroup)
+			s.Cgroup = t.cgroups.name(key.Cgroup)
 		}
 		out = append(out, keyed{key, s})
 	}
@@ -120,8 +129,8 @@ type Counter struct {
 
 // Counters returns the non-zero debug counters since Start.
 func (t *Tracer) Counters() ([]Counter, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.mapsMu.RLock()
+	defer t.mapsMu.RUnlock()
 	m := t.maps["counters"]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")

@@ -51,9 +51,10 @@ type Tracer struct {
 	rxStamps *rxTimestamping
 	choices  []features.Choice
 
-	mu       sync.Mutex // guards attached and the name caches used by Read
+	attachMu sync.Mutex // guards attached; held while entering namespaces
 	attached map[string]attachment
-	names    *names
+	mapsMu   sync.RWMutex // Read and Counters against close
+	cgroups  *cgroupNamer
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -144,9 +145,7 @@ func open(cfg Config) (_ *Tracer, err error) {
 	if t.rxStamps, err = enableRXTimestamping(); err != nil {
 		return nil, err
 	}
-	if t.names, err = newNames(); err != nil {
-		return nil, err
-	}
+	t.cgroups = newCgroupNamer()
 	return t, nil
 }
 
@@ -161,8 +160,8 @@ func (t *Tracer) candidates(h Hook) []features.Candidate {
 // acquire attaches the named programs that are not attached yet. On failure
 // it detaches what it attached itself and leaves the others alone.
 func (t *Tracer) acquire(progs []string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
 	var fresh []string
 	for _, name := range progs {
 		if _, ok := t.attached[name]; ok {
@@ -252,8 +251,8 @@ func (t *Tracer) followNamespaces() {
 	if t.scope.mode == OwnNetns {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
 	for _, a := range t.attached {
 		if nf, ok := a.(*netfilterAttachment); ok {
 			_ = nf.sync(&t.scope, false)
@@ -273,8 +272,10 @@ func (t *Tracer) Close() error {
 }
 
 func (t *Tracer) close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	t.mapsMu.Lock()
+	defer t.mapsMu.Unlock()
 	var errs []error
 	names := make([]string, 0, len(t.attached))
 	for n := range t.attached {
@@ -294,17 +295,4 @@ func (t *Tracer) close() error {
 		t.rxStamps = nil
 	}
 	return errors.Join(errs...)
-}
-
-// attachedIn reports whether every netfilter program has links in the
-// namespace with this inode.
-func (t *Tracer) attachedIn(inode uint64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, a := range t.attached {
-		if nf, ok := a.(*netfilterAttachment); ok && !nf.has(inode) {
-			return false
-		}
-	}
-	return true
 }

@@ -4,10 +4,12 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -50,6 +52,7 @@ type Peer struct {
 func NewPeer(t testing.TB, name string, subnet int) *Peer {
 	t.Helper()
 	RequireRoot(t)
+	lockSubnet(t, subnet)
 	p := &Peer{
 		Name:    name,
 		HostIf:  name + "-h",
@@ -67,22 +70,32 @@ func NewPeer(t testing.TB, name string, subnet int) *Peer {
 }
 
 func (p *Peer) create() error {
-	_ = netns.DeleteNamed(p.Name) // left over from an interrupted run
+	removeNamed(p.Name) // left over from an interrupted run
 	if l, err := netlink.LinkByName(p.HostIf); err == nil {
 		_ = netlink.LinkDel(l)
 	}
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	self, err := netns.Get()
 	if err != nil {
+		runtime.UnlockOSThread()
 		return err
 	}
 	defer self.Close()
 	p.NS, err = netns.NewNamed(p.Name) // switches this thread into it
-	if err != nil {
-		return err
+	if errors.Is(err, os.ErrExist) {
+		// The name's file could not be removed (still mounted in another
+		// mount namespace): take a name of our own instead.
+		p.Name = fmt.Sprintf("%s.%d", p.Name, os.Getpid())
+		removeNamed(p.Name)
+		p.NS, err = netns.NewNamed(p.Name)
 	}
-	if err := netns.Set(self); err != nil {
+	// NewNamed may fail after switching: never hand the thread back to
+	// the scheduler outside our namespace (it would poison later tests).
+	if setErr := netns.Set(self); setErr != nil {
+		return errors.Join(err, setErr) // the thread stays locked and dies
+	}
+	runtime.UnlockOSThread()
+	if err != nil {
 		return err
 	}
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: p.HostIf}, PeerName: "eth0",
@@ -158,5 +171,13 @@ func (p *Peer) destroy() {
 	if p.NS.IsOpen() {
 		p.NS.Close()
 	}
-	_ = netns.DeleteNamed(p.Name)
+	removeNamed(p.Name)
+}
+
+// removeNamed unmounts and removes /run/netns/name. Unlike
+// netns.DeleteNamed it also removes the file when it is no longer mounted.
+func removeNamed(name string) {
+	path := filepath.Join("/run/netns", name)
+	_ = unix.Unmount(path, unix.MNT_DETACH)
+	_ = os.Remove(path)
 }

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -37,4 +39,18 @@ func TestPeerReachable(t *testing.T) {
 			t.Fatalf("datagram from %v, want %s", from.IP, pair[1])
 		}
 	}
+}
+
+// TestPeerReplacesStaleNamespaceFile: a /run/netns file left behind without
+// its mount (an interrupted run, or an unmount that could not remove it)
+// does not stop a peer of the same name from being created.
+func TestPeerReplacesStaleNamespaceFile(t *testing.T) {
+	RequireRoot(t)
+	const name = "stl-stale"
+	stale := filepath.Join("/run/netns", name)
+	if err := os.WriteFile(stale, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	p := NewPeer(t, name, 16)
+	p.UDPToHost(t, V4, 1, 0)
 }

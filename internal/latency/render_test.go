@@ -1,0 +1,48 @@
+package latency
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/internal/hist"
+)
+
+func TestRecordBucketsAreCumulativeFromFirstToLastNonEmpty(t *testing.T) {
+	var h hist.Histogram
+	h.Buckets[3], h.Buckets[5], h.Sum = 2, 1, 40
+	r := NewRecord(time.Unix(0, 0), hist.Series{Hook: "ip-start", Hist: h})
+	want := []Bucket{{8, 2}, {16, 2}, {32, 3}}
+	if r.Count != 3 || r.SumNS != 40 || len(r.Buckets) != len(want) {
+		t.Fatalf("record %+v", r)
+	}
+	for i, b := range want {
+		if r.Buckets[i] != b {
+			t.Errorf("bucket %d = %+v, want %+v", i, r.Buckets[i], b)
+		}
+	}
+	if empty := NewRecord(time.Unix(0, 0), hist.Series{Hook: "ip-start"}); len(empty.Buckets) != 0 {
+		t.Errorf("empty histogram has buckets %+v", empty.Buckets)
+	}
+}
+
+func TestTextShowsRangesCountsAndAverage(t *testing.T) {
+	var h hist.Histogram
+	h.Buckets[0], h.Buckets[2], h.Buckets[hist.MaxSlot], h.Sum = 1, 3, 1, 20_000_000_010
+	var b bytes.Buffer
+	ts := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	if err := WriteText(&b, ts, []hist.Series{{Hook: "udp-socket-read", Iface: "eth0", Cgroup: "/x", Hist: h}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"2026-11-30T08:00:00Z\n", "udp-socket-read, interface=eth0, cgroup=/x:\n",
+		"[0, 1ns]", "(2ns, 4ns]", "(8.59s, inf)", "count: 5, average: 4s\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 2+hist.MaxSlot+1+1+1 {
+		t.Errorf("%d lines, want a row per bucket from the first to the last non-empty one:\n%s", n, out)
+	}
+}
