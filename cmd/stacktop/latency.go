@@ -31,18 +31,23 @@ const pidMax = 4 * 1024 * 1024
 type latencyFlags struct {
 	run           runopts.Options
 	list          bool
-	enable        []string
-	disable       []string
-	pids          []string
-	ifaces        []string
-	netns         string
-	cgroups       []string
-	minQueue      string
-	groupIface    bool
-	groupCgroup   bool
-	includeHOL    bool
-	backend       string
+	probes        probeFlags
 	debugCounters bool
+}
+
+// probeFlags select and filter the latency probes; serve shares them.
+type probeFlags struct {
+	enable      []string
+	disable     []string
+	pids        []string
+	ifaces      []string
+	netns       string
+	cgroups     []string
+	minQueue    string
+	groupIface  bool
+	groupCgroup bool
+	includeHOL  bool
+	backend     string
 }
 
 // netstacklatNames maps netstacklat's long option names to ours, so both work.
@@ -84,6 +89,13 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	fs := cmd.Flags()
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
 	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	f.probes.register(fs)
+	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
+	return cmd
+}
+
+// register adds netstacklat's probe flags to fs, under its names too.
+func (f *probeFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
 	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
 	fs.StringSliceVarP(&f.pids, "pid", "p", nil, "only reads by these processes (socket-read probes)")
@@ -95,14 +107,12 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
 	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
 	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint")
-	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if n, ok := netstacklatNames[name]; ok {
 			name = n
 		}
 		return pflag.NormalizedName(name)
 	})
-	return cmd
 }
 
 func runLatency(cmd *cobra.Command, f *latencyFlags) error {
@@ -223,10 +233,15 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 
 // config validates every flag; errors name the flag and the value (exit 2).
 func (f *latencyFlags) config() (latency.Config, error) {
-	var cfg latency.Config
 	if err := f.run.Validate(); err != nil {
-		return cfg, err
+		return latency.Config{}, err
 	}
+	return f.probes.config()
+}
+
+// config validates the probe flags; errors name the flag and the value (exit 2).
+func (f *probeFlags) config() (latency.Config, error) {
+	var cfg latency.Config
 	var err error
 	if cfg.Backend, err = features.ParseBackend(f.backend); err != nil {
 		return cfg, err
@@ -272,7 +287,7 @@ func (f *latencyFlags) config() (latency.Config, error) {
 	return cfg, nil
 }
 
-func (f *latencyFlags) hooks() (latency.HookSet, error) {
+func (f *probeFlags) hooks() (latency.HookSet, error) {
 	if len(f.enable) > 0 && len(f.disable) > 0 {
 		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
 			"cannot be combined with --enable-probes %q", strings.Join(f.enable, ","))

@@ -72,6 +72,7 @@ and exports both to Prometheus (stacktop serve).`,
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
 	root.AddCommand(newTopCmd(), newStreamCmd())
+	root.AddCommand(newServeCmd())
 	makeTop(root)
 	return root
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
@@ -81,6 +82,22 @@ their final totals [CLOSED], and connections that existed before start-up
 
 // stream runs the tracker and writes a snapshot every refresh.
 func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
+	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
+		writers := append([]output.Writer{output.New(f.run.Format, stdout)}, logs...)
+		return f.run.Loop(ctx, func(bool) error {
+			snap, err := t.Snapshot()
+			if err != nil {
+				return err
+			}
+			return writeAll(writers, snap)
+		})
+	})
+}
+
+// track validates the flags, checks privileges, opens the --log file and
+// the tracker, and lends them to use until it returns. use's ctx ends on
+// SIGINT, SIGTERM or SIGHUP.
+func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntrack.Tracker, []output.Writer) error) error {
 	cfg, err := f.config()
 	if err != nil {
 		return err
@@ -88,14 +105,14 @@ func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 	if err := privilege.Check(true); err != nil { // cgroup_skb attachment needs CAP_NET_ADMIN
 		return err
 	}
-	writers := []output.Writer{output.New(f.run.Format, stdout)}
+	var logs []output.Writer
 	if f.log != "" {
 		l, err := output.OpenLog(f.log)
 		if err != nil {
 			return err
 		}
 		defer l.Close()
-		writers = append(writers, l)
+		logs = append(logs, l)
 	}
 	t, err := conntrack.Open(cfg)
 	if err != nil {
@@ -107,15 +124,14 @@ func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 	}
 	ctx, stop := runopts.SignalContext(ctx)
 	defer stop()
-	return f.run.Loop(ctx, func(bool) error {
-		snap, err := t.Snapshot()
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, w := range writers {
-			errs = append(errs, w.Write(snap))
-		}
-		return errors.Join(errs...)
-	})
+	return use(ctx, t, logs)
+}
+
+// writeAll gives the snapshot to every writer, even after one fails.
+func writeAll(writers []output.Writer, s conn.Snapshot) error {
+	var errs []error
+	for _, w := range writers {
+		errs = append(errs, w.Write(s))
+	}
+	return errors.Join(errs...)
 }

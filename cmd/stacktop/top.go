@@ -4,16 +4,32 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/conntrack"
+	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/output"
+	"github.com/stacktop/stacktop/internal/tui"
 )
 
 func newTopCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live view of TCP connections and UDP flows (like stream when stdout is not a terminal)",
-		Args:  cobra.NoArgs,
+		Long: `top shows every TCP connection and UDP flow on the host in a live table:
+addresses, owning process, state, rates in and out, and smoothed RTT; c adds
+bytes, packets, retransmits and cgroup. The header sums up the host: counts
+by TCP state, UDP flows, bandwidth, and lost events when any were lost.
+When stdout is not a terminal, top prints what stream prints.
+
+Keys:
+` + indent(tui.KeyHelp, "  "),
+		Args: cobra.NoArgs,
 	}
 	makeTop(cmd)
 	return cmd
@@ -24,19 +40,47 @@ func newTopCmd() *cobra.Command {
 func makeTop(cmd *cobra.Command) {
 	var f connFlags
 	f.register(cmd.Flags())
+	sortFlag := cmd.Flags().String("sort", string(tui.DefaultSort.Column), tui.SortColumns())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		sort, err := tui.ParseSort(*sortFlag)
+		if err != nil {
+			return err
+		}
 		out := cmd.OutOrStdout()
 		if isTerminal(out) {
-			return runTUI(cmd.Context(), &f, out)
+			return f.tui(cmd.Context(), sort)
 		}
 		return f.stream(cmd.Context(), out)
 	}
 }
 
-// runTUI is the interactive view; until the TUI lands, a terminal gets the
-// stream too.
-func runTUI(ctx context.Context, f *connFlags, out io.Writer) error {
-	return f.stream(ctx, out)
+// tui runs the interactive table; --log keeps receiving every refresh,
+// also while the display is paused.
+func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
+	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
+		host, _ := os.Hostname()
+		return tui.Run(ctx, t.Snapshot, tui.Options{
+			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
+			Sort: sort, Refresh: f.run,
+			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
+		})
+	})
+}
+
+// backends names the hook backends in use: one name when every hook agrees.
+func backends(choices []features.Choice) string {
+	var names []string
+	for _, c := range choices {
+		if !slices.Contains(names, string(c.Backend)) {
+			names = append(names, string(c.Backend))
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, "+")
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 func isTerminal(w io.Writer) bool {

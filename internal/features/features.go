@@ -71,7 +71,7 @@ func Detect() *Report {
 }
 
 func detect() *Report {
-	r := &Report{Kernel: kernelRelease()}
+	r := &Report{Kernel: KernelRelease()}
 	add := func(name string, err error) {
 		p := Probe{Name: name, OK: err == nil}
 		if err != nil {
@@ -212,7 +212,8 @@ func explain(err error) string {
 	}
 }
 
-func kernelRelease() string {
+// KernelRelease is the running kernel's release (uname -r), without probing anything.
+func KernelRelease() string {
 	var u unix.Utsname
 	if unix.Uname(&u) != nil {
 		return "unknown"

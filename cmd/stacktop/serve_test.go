@@ -1,0 +1,116 @@
+package main
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
+	brokenConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(brokenConfig, []byte("tls_server_config: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--web.listen-address", "localhost"}, `invalid --web.listen-address "localhost": want host:port`},
+		{[]string{"--web.listen-address", "127.0.0.1:70000"}, `invalid --web.listen-address "127.0.0.1:70000": port "70000"`},
+		{[]string{"--web.config.file", brokenConfig}, `invalid --web.config.file "` + brokenConfig + `"`},
+		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
+		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
+		{[]string{"--interval", "0"}, `invalid --interval "0s": must be positive`},
+		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
+		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
+		{[]string{"-p", "12,x"}, `invalid --pid "x"`},
+		{[]string{"-e", "tcp-socket-wait"}, `invalid --enable-probes "tcp-socket-wait"`},
+		{[]string{"--port", "70000"}, `invalid --port "70000"`},
+		{[]string{"--process", "("}, `invalid --process "("`},
+		{[]string{"--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
+	}
+	for _, c := range cases {
+		code, _, stderr := runArgs(append([]string{"stacktop", "serve"}, c.args...)...)
+		if code != clierr.ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+func TestServePortInUseExit1(t *testing.T) {
+	testenv.RequireRoot(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	code, _, stderr := runArgs("stacktop", "serve", "--web.listen-address", busy.Addr().String())
+	want := "error: cannot listen on " + busy.Addr().String() + ": the port is already in use"
+	if code != clierr.ExitFailure || !strings.HasPrefix(stderr, want) {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+}
+
+// The probe filters select connections too: a record passes when it matches
+// one value of each filter given, and stream's own filters as usual.
+func TestServeConnectionSelection(t *testing.T) {
+	var own unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(pid uint32, comm, proto, local string, netns uint32) conn.Record {
+		return conn.Record{PID: pid, Comm: comm, Proto: proto, LocalAddr: netip.MustParseAddr(local), Netns: netns}
+	}
+	nginx := rec(10, "nginx", "tcp", "127.0.0.1", uint32(own.Ino))
+	cases := []struct {
+		args []string
+		want map[*conn.Record]bool
+	}{
+		{[]string{"-p", "10,20", "--process", "^nginx$", "--tcp"}, map[*conn.Record]bool{
+			&nginx: true,
+			ptr(rec(20, "nginx", "tcp", "127.0.0.1", 1)): true,
+			ptr(rec(30, "nginx", "tcp", "127.0.0.1", 1)): false,
+			ptr(rec(10, "curl", "tcp", "127.0.0.1", 1)):  false,
+			ptr(rec(10, "nginx", "udp", "127.0.0.1", 1)): false,
+		}},
+		{[]string{"-i", "lo"}, map[*conn.Record]bool{
+			&nginx: true,
+			ptr(rec(10, "nginx", "tcp", "198.18.100.1", 1)): false,
+		}},
+		// netstacklat's default -n 0 leaves connections of every namespace in;
+		// given explicitly, it selects ours.
+		{nil, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): true}},
+		{[]string{"-n", "0"}, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): false}},
+		{[]string{"-n", "-1"}, map[*conn.Record]bool{&nginx: true, ptr(rec(10, "nginx", "tcp", "127.0.0.1", 1)): true}},
+	}
+	for _, tc := range cases {
+		var o serveOptions
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		o.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.config()
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		for r, want := range tc.want {
+			if got := c.sel.match(r); got != want {
+				t.Errorf("%v: pid %d comm %s %s %s netns %d: selected %v, want %v",
+					tc.args, r.PID, r.Comm, r.Proto, r.LocalAddr, r.Netns, got, want)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

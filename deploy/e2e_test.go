@@ -1,0 +1,424 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+// freeAddr returns a loopback address with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs cmd until the test ends, then stops it with SIGTERM; a process
+// that dies early, or does not exit 0 on SIGTERM, fails the test.
+func start(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("%s: %v\n%s", cmd.Args[0], err, out.String())
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("%s ignored SIGTERM\n%s", cmd.Args[0], out.String())
+		}
+	})
+}
+
+// eventually retries check every 200 ms until it succeeds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sample is one element of an instant-vector query result.
+type sample struct {
+	Metric map[string]string
+	Value  float64
+}
+
+// query runs an instant query through Prometheus's HTTP API.
+func query(promAddr, expr string) ([]sample, error) {
+	resp, err := http.Get("http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("query %s: %w", expr, err)
+	}
+	if r.Status != "success" {
+		return nil, fmt.Errorf("query %s: %s", expr, r.Error)
+	}
+	out := make([]sample, len(r.Data.Result))
+	for i, s := range r.Data.Result {
+		v, err := strconv.ParseFloat(fmt.Sprint(s.Value[1]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %s: value %v: %w", expr, s.Value[1], err)
+		}
+		out[i] = sample{s.Metric, v}
+	}
+	return out, nil
+}
+
+// stack is a running stacktop serve behind basic auth and a Prometheus
+// scraping it every second, both on loopback ports of their own.
+type stack struct {
+	serveAddr, promAddr string
+	user, password      string
+}
+
+func startStack(t *testing.T, serveArgs ...string) *stack {
+	t.Helper()
+	testenv.RequireRoot(t)
+	prometheus := requireTool(t, "prometheus")
+	s := &stack{serveAddr: freeAddr(t), promAddr: freeAddr(t), user: "prometheus", password: "e2e-secret"}
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte(s.password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"web.yml": fmt.Sprintf("basic_auth_users:\n  %s: %s\n", s.user, hash),
+		"prometheus.yml": fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: stacktop
+    static_configs:
+      - targets: [%q]
+    basic_auth:
+      username: %s
+      password: %s
+`, s.serveAddr, s.user, s.password),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"serve", "--web.listen-address", s.serveAddr,
+		"--web.config.file", filepath.Join(dir, "web.yml"), "--interval", "1s"}, serveArgs...)
+	start(t, exec.Command(testenv.Binary(t), args...))
+	eventually(t, 30*time.Second, "stacktop serve answering", func() error {
+		_, err := s.scrape(false)
+		return err
+	})
+	start(t, exec.Command(prometheus, "--config.file", filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", s.promAddr,
+		"--log.level", "warn"))
+	eventually(t, 30*time.Second, "Prometheus scraping stacktop", func() error {
+		up, err := query(s.promAddr, `up{job="stacktop"}`)
+		if err != nil {
+			return err
+		}
+		if len(up) != 1 || up[0].Value != 1 {
+			return fmt.Errorf("up = %v", up)
+		}
+		return nil
+	})
+	return s
+}
+
+// scrape fetches the metrics page, with or without the credentials, and
+// returns the HTTP status code.
+func (s *stack) scrape(withCredentials bool) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.serveAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	if withCredentials {
+		req.SetBasicAuth(s.user, s.password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, err
+}
+
+// trafficComm names the thread that makes the test's traffic, so its bytes
+// are told apart from everything else on the host (15 characters, the
+// kernel's limit).
+const trafficComm = "sts-e2e-traffic"
+
+// onNamedThread runs fn on an OS thread of its own whose name (the comm the
+// kernel reports for the socket calls it makes) is comm. The thread is never
+// unlocked, so it exits with fn and its name does not leak to other
+// goroutines. fn may fail the test with t.Fatal: its goroutine then ends
+// early and onNamedThread reports that.
+func onNamedThread(comm string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		err := errors.New("traffic aborted by a test failure")
+		defer func() { done <- err }()
+		runtime.LockOSThread()
+		name := append([]byte(comm), 0)
+		if err = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+			return
+		}
+		err = fn()
+	}()
+	return <-done
+}
+
+// value returns the single value expr evaluates to, or 0 when it is empty.
+func value(t *testing.T, promAddr, expr string) float64 {
+	t.Helper()
+	res, err := query(promAddr, expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) == 0 {
+		return 0
+	}
+	return res[0].Value
+}
+
+// TestPrometheusEndToEnd runs stacktop serve and Debian's Prometheus and
+// checks, through Prometheus's HTTP API, what a user of the dashboard sees.
+func TestPrometheusEndToEnd(t *testing.T) {
+	// -p: socket reads and connections of this test process only, so what
+	// Prometheus shows is the test's traffic, not the host's.
+	s := startStack(t, "--bpf-stats", "-p", strconv.Itoa(os.Getpid()))
+	peer := testenv.NewPeer(t, "sts-e2e", 100)
+
+	// Traffic in rounds until Prometheus has seen it: the first scrapes
+	// after start-up only set the baseline rate() needs. Each round is
+	// tcpMessages messages of 100 bytes from the peer, each answered with one
+	// byte, and udpDatagrams datagrams from the peer.
+	const tcpMessages, udpDatagrams = 200, 20
+	var rounds int
+	p99 := `histogram_quantile(0.99, sum by (le, hook) (rate(netstack_latency_seconds_bucket[1m])))`
+	eventually(t, 40*time.Second, "finite p99 for both socket-read hooks", func() error {
+		if err := onNamedThread(trafficComm, func() error {
+			peer.TCPToHost(t, testenv.V4, tcpMessages, 0)
+			peer.UDPToHost(t, testenv.V4, udpDatagrams, 0)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rounds++
+		res, err := query(s.promAddr, p99)
+		if err != nil {
+			return err
+		}
+		finite := map[string]float64{}
+		for _, r := range res {
+			if !math.IsNaN(r.Value) && !math.IsInf(r.Value, 0) {
+				finite[r.Metric["hook"]] = r.Value
+			}
+		}
+		if _, ok := finite["tcp-socket-read"]; !ok {
+			return fmt.Errorf("p99 per hook: %v", res)
+		}
+		if _, ok := finite["udp-socket-read"]; !ok {
+			return fmt.Errorf("p99 per hook: %v", res)
+		}
+		t.Logf("p99 after %d traffic rounds: tcp-socket-read %gs, udp-socket-read %gs",
+			rounds, finite["tcp-socket-read"], finite["udp-socket-read"])
+		return nil
+	})
+
+	// Every round's connections closed before Prometheus could scrape them
+	// open: their bytes must still be in the process's counters. Both ends
+	// are the test's thread: each receives (and sends) 100 bytes or 1 byte
+	// per message.
+	t.Run("bytes of the traffic's process", func(t *testing.T) {
+		for _, c := range []struct {
+			metric, proto string
+			want          float64
+		}{
+			{"stacktop_received_bytes_total", "tcp", float64(rounds * tcpMessages * 101)},
+			{"stacktop_sent_bytes_total", "tcp", float64(rounds * tcpMessages * 101)},
+			{"stacktop_received_packets_total", "udp", float64(rounds * udpDatagrams)},
+		} {
+			expr := fmt.Sprintf(`sum(%s{comm=%q, proto=%q})`, c.metric, trafficComm, c.proto)
+			var got float64
+			eventually(t, 10*time.Second, expr, func() error {
+				if got = value(t, s.promAddr, expr); got < c.want {
+					return fmt.Errorf("%g, want at least %g", got, c.want)
+				}
+				return nil
+			})
+			// Only the test's thread has this name: nothing else may count.
+			if got != c.want {
+				t.Errorf("%s = %g, want exactly the %g the test moved", expr, got, c.want)
+			}
+		}
+	})
+
+	t.Run("basic auth", func(t *testing.T) {
+		for _, c := range []struct {
+			credentials bool
+			want        int
+		}{{false, http.StatusUnauthorized}, {true, http.StatusOK}} {
+			code, err := s.scrape(c.credentials)
+			if err != nil || code != c.want {
+				t.Errorf("scrape with credentials=%v: status %d, %v; want %d", c.credentials, code, err, c.want)
+			}
+		}
+	})
+
+	t.Run("self metrics", func(t *testing.T) {
+		info, err := query(s.promAddr, `stacktop_build_info`)
+		if err != nil || len(info) != 1 || info[0].Metric["goversion"] == "" {
+			t.Errorf("stacktop_build_info through Prometheus: %v, %v", info, err)
+		}
+	})
+
+	// Every dashboard query is accepted by a real Prometheus holding real
+	// stacktop data (Grafana's variables replaced by catch-all values), and
+	// shows something.
+	t.Run("dashboard queries", func(t *testing.T) {
+		for where, expr := range dashboardQueries(t) {
+			if strings.HasPrefix(where, "variable ") {
+				expr = "count(" + expr + ")"
+			}
+			res, err := query(s.promAddr, expr)
+			if err != nil {
+				t.Errorf("%s: %v", where, errors.Unwrap(err))
+			} else if len(res) == 0 {
+				t.Errorf("%s: no data for %s", where, expr)
+			}
+		}
+	})
+}
+
+// TestSystemdUnitCapabilitiesSuffice runs stacktop serve as the systemd unit
+// does: as an unprivileged user holding only the unit's ambient
+// capabilities. Every probe and the connection tracking must come up.
+func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
+	testenv.RequireRoot(t)
+	unit, err := os.ReadFile("systemd/stacktop.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^AmbientCapabilities=(.+)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("unit sets no AmbientCapabilities")
+	}
+	capNumbers := map[string]uintptr{"CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
+		"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
+	permitted, err := permittedCaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []uintptr
+	for _, name := range strings.Fields(string(m[1])) {
+		n, ok := capNumbers[name]
+		switch {
+		case !ok:
+			t.Fatalf("capability %s of the unit is unknown to this test", name)
+		case permitted&(1<<n) == 0:
+			// A container may withhold one (this CI sandbox lacks
+			// CAP_SYS_RESOURCE); running with fewer still proves enough.
+			t.Logf("%s is not ours to grant; running without it", name)
+		default:
+			caps = append(caps, n)
+		}
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(testenv.Binary(t), "serve", "--web.listen-address", addr, "--interval", "1s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: caps,
+	}
+	start(t, cmd)
+	var body string
+	eventually(t, 30*time.Second, "metrics from the unprivileged exporter", func() error {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err
+	})
+	for _, want := range []string{
+		`stacktop_probe_backend_info{backend="tracepoint",hook="tcp-socket-read"} 1`,
+		`stacktop_probe_backend_info{backend="tracepoint",hook="tcp-state"} 1`,
+		`stacktop_scrape_error{source="latency"} 0`,
+		`stacktop_scrape_error{source="connections"} 0`,
+		`stacktop_scrape_error{source="bpf_programs"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// permittedCaps returns this process's permitted capability set.
+func permittedCaps() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(?m)^CapPrm:\s*([0-9a-f]+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0, errors.New("no CapPrm in /proc/self/status")
+	}
+	return strconv.ParseUint(string(m[1]), 16, 64)
+}

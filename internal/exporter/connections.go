@@ -1,0 +1,328 @@
+package exporter
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stacktop/stacktop/internal/conn"
+)
+
+// ConnSource yields connection snapshots. Each call returns every live
+// connection, plus each connection closed since the previous call exactly
+// once with its final totals; Lost and MapFull count since start.
+type ConnSource interface {
+	Snapshot() (conn.Snapshot, error)
+}
+
+// groupIdleTTL is how long an aggregate (comm, cgroup, protocol) outlives its
+// last connection. Past it the series go away, so a host that runs many
+// short-lived containers does not accumulate series forever.
+const groupIdleTTL = 15 * time.Minute
+
+// rttBoundsMicros are the RTT histogram's upper bounds: 8 µs doubling up to
+// about 4.2 s, which spans loopback to intercontinental paths.
+var rttBoundsMicros = func() [20]uint64 {
+	var b [20]uint64
+	for i := range b {
+		b[i] = 8 << i
+	}
+	return b
+}()
+
+// Connections folds connection snapshots into per-process (comm) and
+// per-cgroup aggregates. Its counters never go backwards: each snapshot adds,
+// per connection, only what grew since that connection was last seen, so
+// traffic of connections that closed between two scrapes is kept, and a
+// connection's totals are never counted twice.
+type Connections struct {
+	limit int // per-connection series to export; 0 exports none
+
+	mu      sync.Mutex
+	last    map[connKey]counters // totals at the previous snapshot, per live connection
+	spare   map[connKey]counters // becomes last at the next snapshot
+	groups  map[groupKey]*group
+	open    map[openKey]int // live connections per state, from the latest snapshot
+	live    []conn.Record   // live connections of the latest snapshot, kept for per-connection series
+	lost    uint64
+	mapFull uint64
+	err     error // the latest snapshot's error, reported at the next scrape
+}
+
+// NewConnections returns an empty aggregate. perConnectionLimit > 0 also
+// exports per-connection series for that many connections, the busiest
+// first; 0 keeps cardinality bounded by processes and cgroups.
+func NewConnections(perConnectionLimit int) *Connections {
+	return &Connections{
+		limit:  perConnectionLimit,
+		last:   map[connKey]counters{},
+		spare:  map[connKey]counters{},
+		groups: map[groupKey]*group{},
+		open:   map[openKey]int{},
+	}
+}
+
+// connKey identifies a connection across snapshots. The namespace is part of
+// it: containers reuse the same addresses, loopback above all.
+type connKey struct {
+	proto         string
+	netns         uint32
+	local, remote netip.AddrPort
+}
+
+type groupKey struct{ comm, cgroup, proto string }
+
+type openKey struct {
+	groupKey
+	state string
+}
+
+// counters are a connection's cumulative totals, or the growth between two
+// snapshots of them.
+type counters struct{ bytesIn, bytesOut, packetsIn, packetsOut, retrans uint64 }
+
+func countersOf(r *conn.Record) counters {
+	return counters{r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut, uint64(r.Retrans)}
+}
+
+// since returns the growth from prev to c. A total that went down means the
+// kernel entry was reused for a new connection, whose whole total is growth.
+func (c counters) since(prev counters) counters {
+	grow := func(now, before uint64) uint64 {
+		if now < before {
+			return now
+		}
+		return now - before
+	}
+	return counters{
+		grow(c.bytesIn, prev.bytesIn), grow(c.bytesOut, prev.bytesOut),
+		grow(c.packetsIn, prev.packetsIn), grow(c.packetsOut, prev.packetsOut),
+		grow(c.retrans, prev.retrans),
+	}
+}
+
+func (c *counters) add(d counters) {
+	c.bytesIn += d.bytesIn
+	c.bytesOut += d.bytesOut
+	c.packetsIn += d.packetsIn
+	c.packetsOut += d.packetsOut
+	c.retrans += d.retrans
+}
+
+// group is the aggregate of one (comm, cgroup, protocol).
+type group struct {
+	totals         counters
+	opened, closed uint64
+	rtt            rttHistogram
+	lastActive     time.Time
+}
+
+// rttHistogram counts smoothed-RTT samples per bucket (not cumulative); the
+// extra last bucket holds samples above every bound.
+type rttHistogram struct {
+	buckets  [len(rttBoundsMicros) + 1]uint64
+	sumMicro uint64
+}
+
+func (h *rttHistogram) observe(us uint32) {
+	i, _ := slices.BinarySearch(rttBoundsMicros[:], uint64(us))
+	h.buckets[i]++
+	h.sumMicro += uint64(us)
+}
+
+// Poll adds a snapshot from src now and then every interval until ctx ends.
+// Snapshots are taken on this fixed clock rather than per scrape, so RTT
+// sampling and totals do not depend on how many Prometheus servers scrape.
+func (c *Connections) Poll(ctx context.Context, src ConnSource, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s, err := src.Snapshot()
+		if err != nil {
+			slog.Warn("connection snapshot failed", "err", err)
+			c.mu.Lock()
+			c.err = err
+			c.mu.Unlock()
+		} else {
+			c.Add(s)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Add folds one snapshot into the aggregates.
+//
+// A connection seen for the first time counts in full, unless it is partial
+// (it existed before tracking started): its totals may include traffic from
+// before stacktop ran, so only its growth from this snapshot on is counted,
+// and it is not counted as opened.
+func (c *Connections) Add(s conn.Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = nil
+	c.lost = max(c.lost, s.Lost)
+	c.mapFull = max(c.mapFull, s.MapFull)
+	seen := c.spare // reused: a snapshot every few seconds should not churn the heap
+	clear(seen)
+	clear(c.open)
+	c.live = c.live[:0]
+	for i := range s.Records {
+		r := &s.Records[i]
+		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
+		gk := groupKey{r.Comm, r.Cgroup, r.Proto}
+		g := c.groups[gk]
+		if g == nil {
+			g = &group{}
+			c.groups[gk] = g
+		}
+		g.lastActive = s.Time
+		now := countersOf(r)
+		switch prev, known := c.last[k]; {
+		case known:
+			g.totals.add(now.since(prev))
+		case !r.Partial:
+			g.totals.add(now)
+			g.opened++
+		}
+		if r.Proto == "tcp" && r.RTTus > 0 {
+			g.rtt.observe(r.RTTus)
+		}
+		if r.Event == conn.Closed {
+			g.closed++
+			continue
+		}
+		seen[k] = now
+		c.open[openKey{gk, r.State}]++
+		if c.limit > 0 {
+			c.live = append(c.live, *r)
+		}
+	}
+	// Connections missing without a close event (evicted by the tracker)
+	// are forgotten; what they transferred so far stays counted.
+	c.last, c.spare = seen, c.last
+	for gk, g := range c.groups {
+		if s.Time.Sub(g.lastActive) > groupIdleTTL {
+			delete(c.groups, gk)
+		}
+	}
+}
+
+var (
+	groupLabels       = []string{"comm", "cgroup", "proto"}
+	receivedBytesDesc = prometheus.NewDesc("stacktop_received_bytes_total",
+		"Bytes received by sockets, per process name, cgroup and protocol.", groupLabels, nil)
+	sentBytesDesc = prometheus.NewDesc("stacktop_sent_bytes_total",
+		"Bytes sent by sockets, per process name, cgroup and protocol.", groupLabels, nil)
+	receivedPacketsDesc = prometheus.NewDesc("stacktop_received_packets_total",
+		"Packets (TCP segments, UDP datagrams) received, per process name, cgroup and protocol.", groupLabels, nil)
+	sentPacketsDesc = prometheus.NewDesc("stacktop_sent_packets_total",
+		"Packets (TCP segments, UDP datagrams) sent, per process name, cgroup and protocol.", groupLabels, nil)
+	openedDesc = prometheus.NewDesc("stacktop_connections_opened_total",
+		"Connections and UDP flows that started while stacktop ran.", groupLabels, nil)
+	closedDesc = prometheus.NewDesc("stacktop_connections_closed_total",
+		"Connections and UDP flows that ended while stacktop ran.", groupLabels, nil)
+	openDesc = prometheus.NewDesc("stacktop_open_connections",
+		"Live connections and UDP flows by state at the latest snapshot.",
+		[]string{"comm", "cgroup", "proto", "state"}, nil)
+	retransDesc = prometheus.NewDesc("stacktop_tcp_retransmits_total",
+		"TCP segments retransmitted.", []string{"comm", "cgroup"}, nil)
+	rttDesc = prometheus.NewDesc("stacktop_tcp_rtt_seconds",
+		"Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.",
+		[]string{"comm", "cgroup"}, nil)
+	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
+		"Events the kernel could not hand to stacktop because the ring buffer was full.", []string{"source"}, nil)
+	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
+		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
+
+	perConnLabels = []string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}
+	connRecvDesc  = prometheus.NewDesc("stacktop_connection_received_bytes_total",
+		"Bytes received on one connection (only with --per-connection-series).", perConnLabels, nil)
+	connSentDesc = prometheus.NewDesc("stacktop_connection_sent_bytes_total",
+		"Bytes sent on one connection (only with --per-connection-series).", perConnLabels, nil)
+	connRTTDesc = prometheus.NewDesc("stacktop_connection_rtt_seconds",
+		"Smoothed RTT of one TCP connection (only with --per-connection-series).", perConnLabels, nil)
+	connOmittedDesc = prometheus.NewDesc("stacktop_connections_not_exported",
+		"Live connections left out of the per-connection series by the limit.", nil, nil)
+)
+
+func describeConnections(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
+		openDesc, retransDesc, rttDesc, lostDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		connOmittedDesc,
+	} {
+		ch <- d
+	}
+}
+
+func (c *Connections) collect(ch chan<- prometheus.Metric) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for k, g := range c.groups {
+		counter(receivedBytesDesc, g.totals.bytesIn, k.comm, k.cgroup, k.proto)
+		counter(sentBytesDesc, g.totals.bytesOut, k.comm, k.cgroup, k.proto)
+		counter(receivedPacketsDesc, g.totals.packetsIn, k.comm, k.cgroup, k.proto)
+		counter(sentPacketsDesc, g.totals.packetsOut, k.comm, k.cgroup, k.proto)
+		counter(openedDesc, g.opened, k.comm, k.cgroup, k.proto)
+		counter(closedDesc, g.closed, k.comm, k.cgroup, k.proto)
+		if k.proto == "tcp" {
+			counter(retransDesc, g.totals.retrans, k.comm, k.cgroup)
+			ch <- g.rtt.metric(k.comm, k.cgroup)
+		}
+	}
+	for k, n := range c.open {
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.comm, k.cgroup, k.proto, k.state)
+	}
+	counter(lostDesc, c.lost, "connections")
+	counter(mapFullDesc, c.mapFull, "connections")
+	if c.limit > 0 {
+		c.collectPerConnection(ch)
+	}
+	return c.err
+}
+
+func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(rttBoundsMicros))
+	var cumulative uint64
+	for i, le := range rttBoundsMicros {
+		cumulative += h.buckets[i]
+		buckets[float64(le)/1e6] = cumulative
+	}
+	count := cumulative + h.buckets[len(rttBoundsMicros)]
+	return prometheus.MustNewConstHistogram(rttDesc, count, float64(h.sumMicro)/1e6, buckets, labels...)
+}
+
+// collectPerConnection exports the busiest live connections, by bytes moved.
+func (c *Connections) collectPerConnection(ch chan<- prometheus.Metric) {
+	busiest := slices.Clone(c.live)
+	slices.SortFunc(busiest, func(a, b conn.Record) int {
+		return cmp.Compare(b.BytesIn+b.BytesOut, a.BytesIn+a.BytesOut)
+	})
+	omitted := max(0, len(busiest)-c.limit)
+	busiest = busiest[:len(busiest)-omitted]
+	for _, r := range busiest {
+		labels := []string{r.Proto, r.LocalAddr.String(), strconv.Itoa(int(r.LocalPort)),
+			r.RemoteAddr.String(), strconv.Itoa(int(r.RemotePort)),
+			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup}
+		ch <- prometheus.MustNewConstMetric(connRecvDesc, prometheus.CounterValue, float64(r.BytesIn), labels...)
+		ch <- prometheus.MustNewConstMetric(connSentDesc, prometheus.CounterValue, float64(r.BytesOut), labels...)
+		if r.Proto == "tcp" {
+			ch <- prometheus.MustNewConstMetric(connRTTDesc, prometheus.GaugeValue, float64(r.RTTus)/1e6, labels...)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(connOmittedDesc, prometheus.GaugeValue, float64(omitted))
+}

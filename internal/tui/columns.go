@@ -1,0 +1,270 @@
+package tui
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/stacktop/stacktop/internal/clierr"
+)
+
+// ColumnID is a column's stable name, the one --sort accepts.
+type ColumnID string
+
+// The columns. Names are part of the command line (--sort).
+const (
+	ColProto      ColumnID = "proto"
+	ColLocal      ColumnID = "local"
+	ColRemote     ColumnID = "remote"
+	ColPID        ColumnID = "pid"
+	ColProcess    ColumnID = "process"
+	ColState      ColumnID = "state"
+	ColRateIn     ColumnID = "rate-in"
+	ColRateOut    ColumnID = "rate-out"
+	ColRTT        ColumnID = "rtt"
+	ColBytesIn    ColumnID = "bytes-in"
+	ColBytesOut   ColumnID = "bytes-out"
+	ColPacketsIn  ColumnID = "packets-in"
+	ColPacketsOut ColumnID = "packets-out"
+	ColRetrans    ColumnID = "retrans"
+	ColCgroup     ColumnID = "cgroup"
+	ColConns      ColumnID = "conns"
+)
+
+// cutMode says which end of a too-long cell gives way.
+type cutMode int
+
+const (
+	cutEnd  cutMode = iota // names: the start is what people recognise
+	cutHost                // endpoints: the port must survive, the host shrinks
+	cutHead                // cgroup paths: the leaf (container, unit) is the informative part
+)
+
+// column describes how one column looks, sorts and yields when space is short.
+type column struct {
+	id    ColumnID
+	title string
+	key   string // sort key, "" when the column is only sortable from its header
+	// minWidth is how narrow a text column may be squeezed (with an
+	// ellipsis); numeric columns are never squeezed, only dropped.
+	minWidth  int
+	maxWidth  int
+	right     bool // numbers align right
+	cut       cutMode
+	descFirst bool // numbers sort biggest first, names A to Z first
+	text      func(*Row) string
+	compare   func(a, b *Row) int // ascending order
+	// How wide the column's cells are, without formatting every row: a
+	// bounded format (rates, sizes, RTT) has a fixed widest text; a counter
+	// is as wide as its largest value; text columns measure each cell.
+	fixed   int
+	counter func(*Row) uint64
+}
+
+func (c *column) squeezable() bool { return c.minWidth > 0 }
+
+// Widest texts of the bounded formats: "999B/s" < "1.23MiB/s", "12.4 ms".
+const (
+	rateWidth  = len("1.23MiB/s")
+	bytesWidth = len("1.23MiB")
+	rttWidth   = len("12.4 ms")
+)
+
+func textColumn(id ColumnID, title, key string, field func(*Row) string) *column {
+	return &column{id: id, title: title, key: key, text: field, compare: by(field)}
+}
+
+func counterColumn[T uint32 | uint64 | int](id ColumnID, title, key string, field func(*Row) T) *column {
+	count := func(r *Row) uint64 { return uint64(field(r)) }
+	return &column{id: id, title: title, key: key, right: true, descFirst: true, counter: count,
+		text: func(r *Row) string { return countText(count(r)) }, compare: by(field)}
+}
+
+func formattedColumn[T uint32 | uint64 | float64](id ColumnID, title, key string, width int, field func(*Row) T, format func(T) string) *column {
+	return &column{id: id, title: title, key: key, right: true, descFirst: true, fixed: width,
+		text: func(r *Row) string { return format(field(r)) }, compare: by(field)}
+}
+
+func with(c *column, f func(*column)) *column { f(c); return c }
+
+var columns = func() map[ColumnID]*column {
+	bytes := func(v uint64) string { return humanBytes(float64(v)) }
+	local := func(r *Row) (netip.Addr, uint16) { return r.LocalAddr, r.LocalPort }
+	remote := func(r *Row) (netip.Addr, uint16) { return r.RemoteAddr, r.RemotePort }
+	all := []*column{
+		textColumn(ColProto, "Proto", "P", func(r *Row) string { return r.Proto }),
+		with(textColumn(ColLocal, "Local", "a", func(r *Row) string { return r.Local }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(local)
+		}),
+		with(textColumn(ColRemote, "Remote", "A", func(r *Row) string { return r.Remote }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(remote)
+		}),
+		with(counterColumn(ColPID, "PID", "p", func(r *Row) uint32 { return r.PID }), func(c *column) {
+			c.descFirst, c.text = false, func(r *Row) string { return pidText(r.PID) }
+		}),
+		with(textColumn(ColProcess, "Process", "n", func(r *Row) string { return r.Comm }), func(c *column) {
+			c.minWidth, c.maxWidth = 7, 16
+			c.text = func(r *Row) string { return orDash(r.Comm) }
+		}),
+		textColumn(ColState, "State", "s", func(r *Row) string { return r.State }),
+		formattedColumn(ColRateIn, "Rate In", "r", rateWidth, func(r *Row) float64 { return r.RateIn }, humanRate),
+		formattedColumn(ColRateOut, "Rate Out", "R", rateWidth, func(r *Row) float64 { return r.RateOut }, humanRate),
+		formattedColumn(ColRTT, "RTT", "t", rttWidth, func(r *Row) uint32 { return r.RTTus }, humanRTT),
+		formattedColumn(ColBytesIn, "Bytes In", "", bytesWidth, func(r *Row) uint64 { return r.BytesIn }, bytes),
+		formattedColumn(ColBytesOut, "Bytes Out", "", bytesWidth, func(r *Row) uint64 { return r.BytesOut }, bytes),
+		counterColumn(ColPacketsIn, "Pkts In", "", func(r *Row) uint64 { return r.PacketsIn }),
+		counterColumn(ColPacketsOut, "Pkts Out", "", func(r *Row) uint64 { return r.PacketsOut }),
+		counterColumn(ColRetrans, "Retrans", "", func(r *Row) uint32 { return r.Retrans }),
+		with(textColumn(ColCgroup, "Cgroup", "", func(r *Row) string { return r.Cgroup }), func(c *column) {
+			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
+			c.text = func(r *Row) string { return orDash(r.Cgroup) }
+		}),
+		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
+	}
+	byID := make(map[ColumnID]*column, len(all))
+	for _, c := range all {
+		byID[c.id] = c
+	}
+	return byID
+}()
+
+// contentWidth is the width of the column's widest cell among rows.
+func (c *column) contentWidth(rows []*Row) int {
+	switch {
+	case c.fixed > 0:
+		return c.fixed
+	case c.counter != nil:
+		var most uint64
+		for _, r := range rows {
+			most = max(most, c.counter(r))
+		}
+		return len(countText(most))
+	}
+	w := 0
+	for _, r := range rows {
+		w = max(w, textWidth(c.text(r)))
+	}
+	return w
+}
+
+// naturalWidth is the width the column would like: its widest cell or its
+// title (with the sort arrow when sorted), within its maximum.
+func (c *column) naturalWidth(content int, sorted bool) int {
+	title := textWidth(c.title)
+	if sorted {
+		title++
+	}
+	w := max(content, title)
+	if c.maxWidth > 0 {
+		w = min(w, c.maxWidth)
+	}
+	return w
+}
+
+func by[T cmp.Ordered](field func(*Row) T) func(a, b *Row) int {
+	return func(a, b *Row) int { return cmp.Compare(field(a), field(b)) }
+}
+
+func byEndpoint(field func(*Row) (netip.Addr, uint16)) func(a, b *Row) int {
+	return func(a, b *Row) int {
+		aa, ap := field(a)
+		ba, bp := field(b)
+		return cmp.Or(aa.Unmap().Compare(ba.Unmap()), cmp.Compare(ap, bp))
+	}
+}
+
+// view is one way of looking at the connections: its columns in screen
+// order, and the order in which they are given up on a narrow terminal.
+type view struct {
+	name     string
+	columns  []ColumnID // screen order
+	extra    []ColumnID // shown after `c`, appended in this order
+	priority []ColumnID // most important first; the rest drop from the end
+	// tieBreak orders rows whose sort keys are equal, so equal rows never
+	// swap places between refreshes or when the direction flips.
+	tieBreak func(a, b *Row) int
+}
+
+var (
+	connView = &view{
+		name:     "connections",
+		columns:  []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT},
+		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColCgroup},
+		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColCgroup, ColProto},
+		tieBreak: func(a, b *Row) int {
+			return cmp.Or(cmp.Compare(a.Proto, b.Proto),
+				columns[ColLocal].compare(a, b), columns[ColRemote].compare(a, b),
+				cmp.Compare(a.PID, b.PID), cmp.Compare(a.Event, b.Event))
+		},
+	}
+	processView = &view{
+		name:     "processes",
+		columns:  []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColRTT, ColCgroup},
+		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColCgroup},
+		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
+	}
+)
+
+func (v *view) has(id ColumnID) bool {
+	for _, c := range v.visible(true) {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *view) visible(extra bool) []ColumnID {
+	if !extra {
+		return v.columns
+	}
+	return append(v.columns[:len(v.columns):len(v.columns)], v.extra...)
+}
+
+// Sort is an ordering of the table: a column and a direction.
+type Sort struct {
+	Column ColumnID
+	Desc   bool
+}
+
+// DefaultSort puts the busiest receivers on top, like top puts the busiest
+// CPU users on top.
+var DefaultSort = Sort{Column: ColRateIn, Desc: true}
+
+// sortableIDs lists every column name in screen order, for messages.
+func sortableIDs() []string {
+	var ids []string
+	for _, id := range connView.visible(true) {
+		ids = append(ids, string(id))
+	}
+	return append(ids, string(ColConns))
+}
+
+// ParseSort reads a --sort value: a column name (see SortColumns), optionally
+// followed by ":asc" or ":desc"; without one, numbers sort biggest first and
+// names A to Z.
+func ParseSort(s string) (Sort, error) {
+	name, dir, hasDir := strings.Cut(s, ":")
+	c, ok := columns[ColumnID(strings.ToLower(name))]
+	if !ok {
+		return Sort{}, clierr.Usage("sort", s, "unknown column; one of %s (optionally :asc or :desc)", strings.Join(sortableIDs(), ", "))
+	}
+	srt := Sort{Column: c.id, Desc: c.descFirst}
+	switch {
+	case !hasDir:
+	case dir == "asc":
+		srt.Desc = false
+	case dir == "desc":
+		srt.Desc = true
+	default:
+		return Sort{}, clierr.Usage("sort", s, "direction must be asc or desc")
+	}
+	return srt, nil
+}
+
+// SortColumns is the help text for --sort.
+func SortColumns() string {
+	return fmt.Sprintf("initial sort column: %s; add :asc or :desc to choose the direction", strings.Join(sortableIDs(), ", "))
+}

@@ -1,0 +1,326 @@
+// Package tui is the interactive connection table of `stacktop top`: a pure
+// Model (what is shown, in which order, in which columns, at which width)
+// that tests drive key by key, and Run, which puts the Model on a terminal
+// with Bubble Tea while a collector keeps taking snapshots.
+package tui
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stacktop/stacktop/internal/conn"
+)
+
+// Header is what the summary header says about the host and the collector.
+type Header struct {
+	Host, Kernel, Backend string
+	Interval              time.Duration
+}
+
+// Model is the state of the screen. Its methods are the only way to change
+// it, each leaving the rows filtered, sorted and laid out for the terminal.
+type Model struct {
+	header Header
+
+	snap      conn.Snapshot // on screen
+	sum       summary       // of snap, for the header
+	received  bool          // a snapshot has arrived
+	pending   prepared      // newest snapshot taken while paused
+	unseen    int           // snapshots taken while paused
+	rows      []Row         // one per record of snap
+	processes []Row         // per-process sums backing shown in the process view
+	shown     []*Row        // rows on the table, filtered and sorted
+
+	view   *view
+	sorts  map[*view]Sort
+	extra  bool // `c`: extra columns
+	paused bool
+	help   bool
+	typing bool // `/` was pressed: keys go to the filter
+	filter string
+	cursor ColumnID // header selected with Tab/arrows
+	offset int      // first row on screen
+
+	width, height int
+	content       map[ColumnID]int // widest cell per column, for the layout
+	layout        layout
+	hint          string // a one-key-press note in the status bar
+}
+
+// NewModel returns an empty screen sorted by s in each view that has its
+// column, and by DefaultSort in the others (and when s is zero).
+func NewModel(h Header, s Sort) *Model {
+	m := &Model{header: h, view: connView, width: 80, height: 24, sorts: map[*view]Sort{}}
+	for _, v := range []*view{connView, processView} {
+		m.sorts[v] = DefaultSort
+		if v.has(s.Column) {
+			m.sorts[v] = s
+		}
+	}
+	m.cursor = m.sorts[connView].Column
+	m.rebuild()
+	return m
+}
+
+// Update takes a new snapshot. While paused it is kept aside (only the
+// newest) and shown when the display resumes.
+func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s)) }
+
+// prepared is a snapshot with its rows built: the part of a refresh that
+// does not depend on what is on screen, done off the UI goroutine by Run.
+type prepared struct {
+	snap conn.Snapshot
+	rows []Row
+	sum  summary
+}
+
+func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records), summarize(s.Records)} }
+
+func (m *Model) take(p prepared) {
+	if m.paused {
+		m.pending = p
+		m.unseen++
+		return
+	}
+	m.show(p)
+}
+
+func (m *Model) show(p prepared) {
+	m.snap, m.sum = p.snap, p.sum
+	m.received = true
+	m.rows = p.rows
+	m.rebuild()
+}
+
+// Resize lays the table out again for a terminal of w×h cells.
+func (m *Model) Resize(w, h int) {
+	m.width, m.height = max(w, 1), max(h, 1)
+	m.relayout()
+	m.scroll(0)
+}
+
+// sortKeys maps the single-key sorts to their columns.
+var sortKeys = func() map[string]ColumnID {
+	keys := make(map[string]ColumnID)
+	for id, c := range columns {
+		if c.key != "" {
+			keys[c.key] = id
+		}
+	}
+	return keys
+}()
+
+// Key applies one key press, named as Bubble Tea names keys ("q", "R",
+// "shift+tab", "pgdown", "space"...), and reports whether to quit.
+func (m *Model) Key(k string) (quit bool) {
+	m.hint = ""
+	if k == "ctrl+c" {
+		return true
+	}
+	if m.typing {
+		m.editFilter(k)
+		return false
+	}
+	if m.help {
+		m.help = false // any key closes the overlay; q still quits
+		return k == "q"
+	}
+	page := max(m.bodyHeight()-1, 1)
+	switch k {
+	case "q":
+		return true
+	case "?":
+		m.help = true
+	case "/":
+		m.typing = true
+	case "esc":
+		m.setFilter("")
+	case "c":
+		m.extra = !m.extra
+		m.rebuild()
+	case "g":
+		m.toggleView()
+	case "space":
+		m.togglePause()
+	case "tab", "right":
+		m.moveCursor(1)
+	case "shift+tab", "left":
+		m.moveCursor(-1)
+	case "enter":
+		m.sortBy(m.cursor)
+	case "up", "k":
+		m.scroll(-1)
+	case "down", "j":
+		m.scroll(1)
+	case "pgup":
+		m.scroll(-page)
+	case "pgdown":
+		m.scroll(page)
+	case "home":
+		m.offset = 0
+	case "end":
+		m.scroll(len(m.shown))
+	default:
+		if id, ok := sortKeys[k]; ok {
+			m.sortBy(id)
+		}
+	}
+	return false
+}
+
+func (m *Model) editFilter(k string) {
+	switch k {
+	case "esc":
+		m.typing = false
+		m.setFilter("")
+	case "enter":
+		m.typing = false
+	case "backspace":
+		if f := m.filter; f != "" {
+			_, n := utf8.DecodeLastRuneInString(f)
+			m.setFilter(f[:len(f)-n])
+		}
+	case "ctrl+u":
+		m.setFilter("")
+	case "space":
+		m.setFilter(m.filter + " ")
+	default:
+		if utf8.RuneCountInString(k) == 1 {
+			m.setFilter(m.filter + k)
+		}
+	}
+}
+
+func (m *Model) setFilter(f string) {
+	m.filter = f
+	m.offset = 0
+	m.rebuild()
+}
+
+func (m *Model) toggleView() {
+	if m.view == connView {
+		m.view = processView
+	} else {
+		m.view = connView
+	}
+	m.cursor = m.sorts[m.view].Column
+	m.offset = 0
+	m.rebuild()
+}
+
+func (m *Model) togglePause() {
+	m.paused = !m.paused
+	if !m.paused && m.unseen > 0 {
+		m.unseen = 0
+		m.show(m.pending)
+		m.pending = prepared{}
+	}
+}
+
+// sortBy sorts by a column, flipping the direction when it is already the
+// sort column.
+func (m *Model) sortBy(id ColumnID) {
+	c := columns[id]
+	if !m.view.has(id) {
+		m.hint = "no " + c.title + " column in the " + m.view.name + " view"
+		return
+	}
+	s := m.sorts[m.view]
+	if s.Column == id {
+		s.Desc = !s.Desc
+	} else {
+		s = Sort{Column: id, Desc: c.descFirst}
+	}
+	m.sorts[m.view] = s
+	m.cursor = id
+	m.resort()
+}
+
+func (m *Model) moveCursor(step int) {
+	cols := m.layout.cols
+	if len(cols) == 0 {
+		return
+	}
+	i := slices.IndexFunc(cols, func(c *column) bool { return c.id == m.cursor })
+	if i < 0 {
+		i = 0
+		if step < 0 {
+			i = len(cols) - 1
+		}
+	} else {
+		i = (i + step + len(cols)) % len(cols)
+	}
+	m.cursor = cols[i].id
+}
+
+func (m *Model) scroll(step int) {
+	m.offset = max(min(m.offset+step, len(m.shown)-m.bodyHeight()), 0)
+}
+
+// rebuild recomputes the table from the snapshot's rows: filter, group,
+// measure, sort, lay out.
+func (m *Model) rebuild() {
+	needle := strings.ToLower(m.filter)
+	m.shown = m.shown[:0]
+	for i := range m.rows {
+		if m.rows[i].matches(needle) {
+			m.shown = append(m.shown, &m.rows[i])
+		}
+	}
+	if m.view == processView {
+		m.processes = perProcess(m.shown)
+		m.shown = m.shown[:0]
+		for i := range m.processes {
+			m.shown = append(m.shown, &m.processes[i])
+		}
+	}
+	m.content = make(map[ColumnID]int)
+	for _, id := range m.view.visible(m.extra) {
+		m.content[id] = columns[id].contentWidth(m.shown)
+	}
+	m.resort()
+}
+
+// resort orders the shown rows; the rows themselves, and so the widths of
+// their cells, are unchanged.
+func (m *Model) resort() {
+	s := m.sorts[m.view]
+	compare, tieBreak := columns[s.Column].compare, m.view.tieBreak
+	slices.SortFunc(m.shown, func(a, b *Row) int {
+		c := compare(a, b)
+		if s.Desc {
+			c = -c
+		}
+		if c != 0 {
+			return c
+		}
+		return tieBreak(a, b)
+	})
+	m.relayout()
+	m.scroll(0)
+}
+
+func (m *Model) relayout() {
+	sorted := m.sorts[m.view].Column
+	natural := make(map[ColumnID]int, len(m.content))
+	for id, w := range m.content {
+		natural[id] = columns[id].naturalWidth(w, id == sorted)
+	}
+	m.layout = fit(m.view, m.view.visible(m.extra), natural, m.width, sorted)
+}
+
+// headerLines is the height of the summary header: a fourth line appears
+// when events were lost or a map was full.
+func (m *Model) headerLines() int {
+	if m.snap.Lost > 0 || m.snap.MapFull > 0 {
+		return 4
+	}
+	return 3
+}
+
+// bodyHeight is how many rows fit between the column header and the status bar.
+func (m *Model) bodyHeight() int {
+	return max(m.height-m.headerLines()-2, 0)
+}
