@@ -24,6 +24,7 @@ import (
 // results is everything a run measured; results.json holds it and
 // report.md renders it.
 type results struct {
+	Config    config            `json:"config"`
 	Machine   machine           `json:"machine"`
 	Command   string            `json:"command"`
 	Started   time.Time         `json:"started"`
@@ -52,7 +53,7 @@ func benchMain(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the benchmark loads BPF programs and creates network namespaces: run it as root")
 	}
-	res := &results{Machine: describeMachine(cfg.Stacktop), Started: time.Now(), Command: cfg.Command}
+	res := &results{Config: cfg, Machine: describeMachine(cfg.Stacktop), Started: time.Now(), Command: cfg.Command}
 	if res.Command == "" {
 		res.Command = strings.Join(append([]string{"bench"}, args...), " ")
 	}
@@ -101,7 +102,7 @@ func benchMain(ctx context.Context, args []string) error {
 	if err := write(cfg, res); err != nil {
 		return err
 	}
-	fmt.Print(renderMarkdown(cfg, res))
+	fmt.Print(renderMarkdown(res))
 	slog.Info("benchmark done", "elapsed", res.Elapsed.Round(time.Second), "out", cfg.Out)
 	return nil
 }
@@ -114,7 +115,7 @@ func write(cfg config, res *results) error {
 	if err := os.WriteFile(filepath.Join(cfg.Out, "results.json"), b, 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(cfg.Out, "report.md"), []byte(renderMarkdown(cfg, res)), 0o644)
+	return os.WriteFile(filepath.Join(cfg.Out, "report.md"), []byte(renderMarkdown(res)), 0o644)
 }
 
 func describeMachine(stacktop string) machine {
@@ -201,4 +202,22 @@ func (w *workload) close() {
 	if w.peer != nil {
 		w.peer.Close()
 	}
+}
+
+// renderMain prints the report of an earlier run from its results.json, so
+// a change to the report's layout does not need the run repeated.
+func renderMain(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("usage: bench render <results.json>")
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
+	}
+	fmt.Print(renderMarkdown(&res))
+	return nil
 }

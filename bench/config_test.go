@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/stacktop/stacktop/bench/internal/rounds"
 )
 
 func TestDefaultRunFitsItsBudget(t *testing.T) {
@@ -58,5 +60,22 @@ func TestStreamWatchCountsOurRecordsAndLosses(t *testing.T) {
 	w.reset()
 	if s := w.snapshot(); s.ours != 0 || s.loss.Lost != 4 {
 		t.Errorf("after reset: %+v, want record counts zeroed and loss kept", s)
+	}
+}
+
+func TestTargetsAreInconclusiveWithinTheNoiseFloor(t *testing.T) {
+	res := &results{Overhead: []overheadResult{{Path: "loopback", Conns: 100, Ratios: []rounds.Ratio{
+		{Tool: "none", RPSNoise: 0.005, P99Noise: 0.3},
+		{Tool: "latency", RPS: rounds.Spread{Median: 0.97, N: 3}, P99: rounds.Spread{Median: 1.01, N: 3}},
+	}}}}
+	rows := targets(res)
+	if len(rows) != 2 {
+		t.Fatalf("got %d target rows, want 2: %+v", len(rows), rows)
+	}
+	if v := rows[0].verdict(); v != "**missed**" {
+		t.Errorf("req/s at 97%% with a ±0.5%% noise floor: %q, want missed", v)
+	}
+	if v := rows[1].verdict(); v != "inconclusive: baseline rounds typically differ by 30.0%" {
+		t.Errorf("p99 with a ±30%% noise floor: %q, want inconclusive", v)
 	}
 }

@@ -14,8 +14,9 @@
 //	           connections, and events lost under connection churn
 //	startup    time from exec to the first report; memory locked by maps
 //
-// The hidden subcommands `hold` and `churn` are the connection load
-// generators; the harness runs them as processes of their own.
+// The subcommands `hold` and `churn` are the connection load generators,
+// which the harness runs as processes of their own; `render results.json`
+// prints the report of an earlier run again.
 package main
 
 import (
@@ -38,6 +39,8 @@ func main() {
 		err = holdMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "churn":
 		err = churnMain(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "render":
+		err = renderMain(os.Args[2:])
 	default:
 		err = benchMain(ctx, os.Args[1:])
 	}

@@ -10,7 +10,8 @@ import (
 
 // renderMarkdown renders the results as the tables docs/BENCHMARKS.md
 // shows, followed by the issue's targets, each marked met or missed.
-func renderMarkdown(cfg config, res *results) string {
+func renderMarkdown(res *results) string {
+	cfg := res.Config
 	var b strings.Builder
 	m := res.Machine
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %d MiB, Linux %s; %s.\n", m.CPUs, m.Model, m.MemMiB, m.Kernel, m.Version)
@@ -93,7 +94,7 @@ func renderMarkdown(cfg config, res *results) string {
 	if t := targets(res); len(t) > 0 {
 		b.WriteString("### Targets (issue 7)\n\n| target | measured | |\n|---|---|---|\n")
 		for _, row := range t {
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", row.target, row.measured, metOrMissed(row.met))
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", row.target, row.measured, row.verdict())
 		}
 	}
 	return b.String()
@@ -131,13 +132,32 @@ func weighted(c costResult) (runsPerSec, nsPerRun float64) {
 type targetRow struct {
 	target, measured string
 	met              bool
+	// noise, when set, says why the run cannot tell: the baseline rounds
+	// differ from each other by more than the target's tolerance.
+	noise string
 }
 
-func metOrMissed(met bool) string {
-	if met {
+func (t targetRow) verdict() string {
+	switch {
+	case t.noise != "":
+		return "inconclusive: " + t.noise
+	case t.met:
 		return "met"
 	}
 	return "**missed**"
+}
+
+// judgeRatio fills in a ratio target: inconclusive when the noise floor is
+// wider than the tolerance the target allows.
+func judgeRatio(target string, got float64, met bool, tolerance, noise float64) targetRow {
+	row := targetRow{target: target, measured: pct(got), met: met}
+	switch {
+	case noise < 0:
+		row.noise = "too few baseline rounds to know the noise floor"
+	case noise > tolerance:
+		row.noise = fmt.Sprintf("baseline rounds typically differ by %.1f%%", 100*noise)
+	}
+	return row
 }
 
 // targets checks the results against the issue's targets. Ratios are
@@ -146,6 +166,12 @@ func targets(res *results) []targetRow {
 	var out []targetRow
 	limits := map[string]float64{"latency": 0.99, "stream": 0.98, "serve": 0.98}
 	for _, o := range res.Overhead {
+		var base rounds.Ratio
+		for _, r := range o.Ratios {
+			if r.Tool == rounds.Baseline {
+				base = r
+			}
+		}
 		for _, r := range o.Ratios {
 			min, ok := limits[r.Tool]
 			if !ok || r.RPS.N == 0 {
@@ -153,27 +179,30 @@ func targets(res *results) []targetRow {
 			}
 			where := fmt.Sprintf("%s %s, %d conns", r.Tool, o.Path, o.Conns)
 			out = append(out,
-				targetRow{where + ": req/s ≥ " + pct(min), pct(r.RPS.Median), r.RPS.Median >= min},
-				targetRow{where + ": p99 ≤ 105%", pct(r.P99.Median), r.P99.Median <= 1.05})
+				judgeRatio(where+": req/s ≥ "+pct(min), r.RPS.Median, r.RPS.Median >= min, 1-min, base.RPSNoise),
+				judgeRatio(where+": p99 ≤ 105%", r.P99.Median, r.P99.Median <= 1.05, 0.05, base.P99Noise))
 		}
 	}
 	for _, c := range res.Cost {
 		if c.Tool == "latency" {
 			_, ns := weighted(c)
-			out = append(out, targetRow{"latency: ≤ 150 ns per program invocation", fmt.Sprintf("%.0f ns", ns), ns <= 150})
+			out = append(out, targetRow{target: "latency: ≤ 150 ns per program invocation",
+				measured: fmt.Sprintf("%.0f ns", ns), met: ns <= 150})
 		}
 	}
 	for _, u := range res.UserSpace {
 		switch u.Conns {
 		case 10000:
 			out = append(out,
-				targetRow{"stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core", fmt.Sprintf("%.2f%%", 100*u.CPU), u.CPU <= 0.02},
-				targetRow{"stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS", fmt.Sprintf("%.1f MiB", mib(u.RSSMax)), u.RSSMax <= 100<<20})
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core",
+					measured: fmt.Sprintf("%.2f%%", 100*u.CPU), met: u.CPU <= 0.02},
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS",
+					measured: fmt.Sprintf("%.1f MiB", mib(u.RSSMax)), met: u.RSSMax <= 100<<20})
 		case 100000:
 			// Loss counters must have been seen, or "0 lost" means nothing.
 			seen := fmt.Sprintf("%d lost, %d map full (%d reports)", u.Loss.Lost, u.Loss.MapFull, u.Loss.Reports)
-			out = append(out, targetRow{"100,000 connections tracked without lost events, output " + u.Output, seen,
-				u.Loss.Lost == 0 && u.Loss.MapFull == 0 && u.Loss.Reports > 0})
+			out = append(out, targetRow{target: "100,000 connections tracked without lost events, output " + u.Output,
+				measured: seen, met: u.Loss.Lost == 0 && u.Loss.MapFull == 0 && u.Loss.Reports > 0})
 		}
 	}
 	return out

@@ -4,6 +4,7 @@
 package rounds
 
 import (
+	"math"
 	"slices"
 )
 
@@ -56,6 +57,9 @@ type Ratio struct {
 	RPS, P99 Spread // each round's value divided by the mean of its neighbouring baselines
 	AbsRPS   Spread // absolute values, requests/s
 	AbsP99   Spread // absolute values, µs
+	// Noise is the median distance from 1 of the RPS and P99 ratios: for
+	// the baseline, how much rounds typically differ with nothing running.
+	RPSNoise, P99Noise float64
 }
 
 // Ratios computes, for every tool in samples (in order of first
@@ -94,7 +98,8 @@ func Ratios(samples []Sample) []Ratio {
 	var out []Ratio
 	for _, t := range order {
 		out = append(out, Ratio{Tool: t, RPS: SpreadOf(rps[t]), P99: SpreadOf(p99[t]),
-			AbsRPS: SpreadOf(absRPS[t]), AbsP99: SpreadOf(absP99[t])})
+			AbsRPS: SpreadOf(absRPS[t]), AbsP99: SpreadOf(absP99[t]),
+			RPSNoise: distanceFromOne(rps[t]), P99Noise: distanceFromOne(p99[t])})
 	}
 	return out
 }
@@ -108,4 +113,16 @@ func neighbour(samples []Sample, i, dir int) int {
 		}
 	}
 	return -1
+}
+
+// distanceFromOne is the median of |v − 1|, -1 for no values.
+func distanceFromOne(vs []float64) float64 {
+	if len(vs) == 0 {
+		return -1
+	}
+	d := make([]float64, len(vs))
+	for i, v := range vs {
+		d[i] = math.Abs(v - 1)
+	}
+	return SpreadOf(d).Median
 }
