@@ -218,6 +218,9 @@ func renderMain(args []string) error {
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("%s: %w", args[0], err)
 	}
+	for i := range res.Overhead {
+		res.Overhead[i].summarise() // with this version's statistics
+	}
 	fmt.Print(renderMarkdown(&res))
 	return nil
 }

@@ -44,7 +44,6 @@ func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]
 			if _, err := g.Run(url, conns, time.Second); err != nil {
 				return out, fmt.Errorf("%s, %d connections, warm-up: %w", path, conns, err)
 			}
-			var samples []rounds.Sample
 			for i, name := range schedule {
 				round, err := overheadRound1(ctx, env, w, path, conns, cfg.Duration, name)
 				if err != nil {
@@ -55,24 +54,28 @@ func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]
 					"tool", name, "rps", int(res.RPS), "p99", res.P99, "errors", res.Errors,
 					"tool_cpu", fmt.Sprintf("%.1f%%", 100*round.ToolCPU))
 				r.Rounds = append(r.Rounds, round)
-				samples = append(samples, rounds.Sample{Tool: name, RPS: res.RPS,
-					P99: float64(res.P99) / float64(time.Microsecond)})
 			}
-			r.Ratios = rounds.Ratios(samples)
-			r.ToolCPU = map[string]float64{}
-			for _, t := range cfg.Tools {
-				var cpu []float64
-				for _, rr := range r.Rounds {
-					if rr.Tool == t {
-						cpu = append(cpu, rr.ToolCPU)
-					}
-				}
-				r.ToolCPU[t] = rounds.SpreadOf(cpu).Median
-			}
+			r.summarise()
 			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// summarise computes the ratios and the tools' median CPU from the rounds.
+func (o *overheadResult) summarise() {
+	var samples []rounds.Sample
+	cpu := map[string][]float64{}
+	for _, r := range o.Rounds {
+		samples = append(samples, rounds.Sample{Tool: r.Tool, RPS: r.Wrk.RPS,
+			P99: float64(r.Wrk.P99) / float64(time.Microsecond)})
+		cpu[r.Tool] = append(cpu[r.Tool], r.ToolCPU)
+	}
+	o.Ratios = rounds.Ratios(samples)
+	o.ToolCPU = map[string]float64{}
+	for t, vs := range cpu {
+		o.ToolCPU[t] = rounds.SpreadOf(vs).Median
+	}
 }
 
 // overheadRound1 runs one round: the tool started and attached, then wrk.
