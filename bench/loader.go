@@ -21,21 +21,31 @@ import (
 // processes of their own. They stop when their standard input closes, so
 // they never outlive the harness.
 
-func loaderFlags(name string, args []string, extra func(*flag.FlagSet)) (addrs []netip.AddrPort, err error) {
+// loaderArgs are what both load generators are told: the server addresses
+// and how much load (-n connections to hold, -rate per second to churn).
+type loaderArgs struct {
+	addrs  []netip.AddrPort
+	amount int
+}
+
+func parseLoaderArgs(name, amountFlag, amountUsage string, args []string) (loaderArgs, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var listeners, first int
+	var listeners, first, amount int
 	var port uint
 	fs.IntVar(&first, "first", 0, "index of the first server address (0: 127.83.0.1)")
 	fs.IntVar(&listeners, "listeners", 1, "server addresses")
 	fs.UintVar(&port, "port", 0, "server port")
-	extra(fs)
-	if err = fs.Parse(args); err != nil {
-		return
+	fs.IntVar(&amount, amountFlag, 1000, amountUsage)
+	if err := fs.Parse(args); err != nil {
+		return loaderArgs{}, err
 	}
 	if first < 0 || listeners < 1 || first+listeners > 1000 || port == 0 || port > 65535 {
-		return nil, fmt.Errorf("%s: need -first, -listeners within 1000 addresses and -port", name)
+		return loaderArgs{}, fmt.Errorf("%s: need -first, -listeners within 1000 addresses and -port", name)
 	}
-	return connload.Listeners(first, listeners, uint16(port)), nil
+	if amount < 1 {
+		return loaderArgs{}, fmt.Errorf("%s: -%s %d must be positive", name, amountFlag, amount)
+	}
+	return loaderArgs{connload.Listeners(first, listeners, uint16(port)), amount}, nil
 }
 
 // untilStdinCloses returns a context that ends when stdin reaches EOF.
@@ -49,33 +59,19 @@ func untilStdinCloses(ctx context.Context) context.Context {
 }
 
 func holdMain(ctx context.Context, args []string) error {
-	var n int
-	addrs, err := loaderFlags("hold", args, func(fs *flag.FlagSet) {
-		fs.IntVar(&n, "n", 1000, "connections to hold open")
-	})
+	a, err := parseLoaderArgs("hold", "n", "connections to hold open", args)
 	if err != nil {
 		return err
 	}
-	if n < 1 {
-		return fmt.Errorf("hold: -n %d must be positive", n)
-	}
-	return connload.Hold(untilStdinCloses(ctx), n, addrs, func() {
-		fmt.Println("ready")
-	})
+	return connload.Hold(untilStdinCloses(ctx), a.amount, a.addrs, func() { fmt.Println("ready") })
 }
 
 func churnMain(ctx context.Context, args []string) error {
-	var rate int
-	addrs, err := loaderFlags("churn", args, func(fs *flag.FlagSet) {
-		fs.IntVar(&rate, "rate", 10000, "connections opened and closed per second")
-	})
+	a, err := parseLoaderArgs("churn", "rate", "connections opened and closed per second", args)
 	if err != nil {
 		return err
 	}
-	if rate < 1 {
-		return fmt.Errorf("churn: -rate %d must be positive", rate)
-	}
-	res, err := connload.Churn(untilStdinCloses(ctx), rate, addrs)
+	res, err := connload.Churn(untilStdinCloses(ctx), a.amount, a.addrs)
 	if err != nil {
 		return err
 	}
