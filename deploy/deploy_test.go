@@ -17,22 +17,9 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
 	grafana "github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"go.yaml.in/yaml/v2"
-)
 
-// requireTool finds a Debian-packaged tool that scripts/deps.sh installs; its
-// absence is a broken machine under CI, a skip elsewhere.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s not installed (scripts/deps.sh installs it)", name)
-	}
-	t.Skipf("%s not installed", name)
-	return ""
-}
+	"github.com/stacktop/stacktop/internal/testenv"
+)
 
 // documentedMetrics returns the metric names of docs/METRICS.md's tables,
 // with the series names a histogram adds.
@@ -247,7 +234,7 @@ func dashboardQueries(t *testing.T) map[string]string {
 // Every query parses as PromQL (promtool checks them as recording rules)
 // and reads only metrics that stacktop serve exports.
 func TestDashboardQueries(t *testing.T) {
-	promtool := requireTool(t, "promtool")
+	promtool := testenv.RequireTool(t, "promtool")
 	known := documentedMetrics(t)
 	metricName := regexp.MustCompile(`\b(?:netstack|stacktop)_[a-z0-9_]+\b`)
 	type rule struct {
@@ -279,7 +266,7 @@ func TestDashboardQueries(t *testing.T) {
 }
 
 func TestPrometheusScrapeConfig(t *testing.T) {
-	promtool := requireTool(t, "promtool")
+	promtool := testenv.RequireTool(t, "promtool")
 	if out, err := exec.Command(promtool, "check", "config", "prometheus/stacktop.yml").CombinedOutput(); err != nil {
 		t.Errorf("promtool check config: %v\n%s", err, out)
 	}
@@ -311,7 +298,7 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 }
 
 func TestSystemdUnit(t *testing.T) {
-	analyze := requireTool(t, "systemd-analyze")
+	analyze := testenv.RequireTool(t, "systemd-analyze")
 	unit, err := os.ReadFile("systemd/stacktop.service")
 	if err != nil {
 		t.Fatal(err)

@@ -130,7 +130,7 @@ type stack struct {
 func startStack(t *testing.T, serveArgs ...string) *stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	prometheus := requireTool(t, "prometheus")
+	prometheus := testenv.RequireTool(t, "prometheus")
 	s := &stack{serveAddr: freeAddr(t), promAddr: freeAddr(t), user: "prometheus", password: "e2e-secret"}
 	dir := t.TempDir()
 	hash, err := bcrypt.GenerateFromPassword([]byte(s.password), bcrypt.MinCost)

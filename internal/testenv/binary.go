@@ -15,11 +15,19 @@ var (
 	buildErr  error
 )
 
+// BinaryEnv names a prebuilt stacktop for Binary to return instead of
+// building one; the kernel matrix sets it because its guests have no Go
+// toolchain.
+const BinaryEnv = "STACKTOP_BIN"
+
 // Binary builds cmd/stacktop once per test process and returns its path, for
 // tests that must exercise the real command line (exit codes, signals,
 // privileges) in a process of its own.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv(BinaryEnv); p != "" {
+		return p
+	}
 	buildOnce.Do(func() {
 		_, self, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(self), "..", "..")

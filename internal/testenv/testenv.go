@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -29,6 +30,22 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root and BPF; CI runs as root, so not being root is a failure")
 	}
 	t.Skip("needs root and BPF (run as root)")
+}
+
+// RequireTool returns the path of an external program a test needs, such as
+// busybox or clang. scripts/deps.sh installs them, so under CI=true a
+// missing one fails the test; elsewhere the test is skipped.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not installed; scripts/deps.sh installs it", name)
+	}
+	t.Skipf("needs %s (scripts/deps.sh installs it)", name)
+	return ""
 }
 
 // Peer is a host in its own network namespace, linked to the test's

@@ -1,0 +1,363 @@
+// Command kernels is the kernel matrix: it boots Debian's cloud kernels in
+// qemu under TCG with a busybox initramfs holding stacktop and the static
+// test binaries of every integration suite, runs the suites there with every
+// backend the kernel supports, and reports each guest's results and exit
+// status; -write-kernels-md turns the guests' `stacktop doctor` reports into
+// docs/KERNELS.md.
+//
+//	go run ./test/kernels                  # all kernels
+//	go run ./test/kernels -kernel 6.1      # one kernel
+//	go run ./test/kernels -write-kernels-md docs/KERNELS.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/test/kernels/debian"
+	"github.com/stacktop/stacktop/test/kernels/kernelsmd"
+	"github.com/stacktop/stacktop/test/kernels/protocol"
+)
+
+type config struct {
+	kernels       []debian.Kernel
+	cacheDir      string
+	mirror        string
+	backends      []string
+	modules       []string
+	packages      []string
+	run           string
+	parallel      int
+	kernelTimeout time.Duration
+	suiteTimeout  time.Duration
+	memory        string
+	qemu          string
+	busybox       string
+	kernelsMD     string
+	verbose       bool
+	keep          bool
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("kernels", flag.ContinueOnError)
+	var cfg config
+	var kernels, backends, modules, packages string
+	cache := os.Getenv("STACKTOP_KERNEL_CACHE")
+	if cache == "" {
+		cache = "/var/cache/stacktop-kernels"
+	}
+	fs.StringVar(&kernels, "kernel", "", "comma-separated kernels to run (5.10, 6.1, 6.12, sid or their suite names); default all")
+	fs.StringVar(&cfg.cacheDir, "cache", cache, "where downloaded and unpacked kernels are kept between runs ($STACKTOP_KERNEL_CACHE)")
+	fs.StringVar(&cfg.mirror, "mirror", "", "Debian archive URI; default: the one in /etc/apt/sources.list*")
+	fs.StringVar(&backends, "backends", "auto,fentry,tracepoint", "backends every suite runs with ($"+testenv.BackendEnv+" in the guest)")
+	// The guest cannot autoload modules (no modprobe, no modules.alias), so
+	// everything a suite may need is loaded up front: veth for netns peers,
+	// tun for TAP devices (fresh RX timestamps), tbf and netem qdiscs for
+	// queueing delay, tcp_diag and udp_diag for sock_diag socket dumps.
+	fs.StringVar(&modules, "modules", "veth,tun,sch_tbf,sch_netem,tcp_diag,udp_diag",
+		"kernel modules to load in the guest (dependencies follow)")
+	fs.StringVar(&packages, "packages", "", "comma-separated packages to test; default every package whose tests use internal/testenv")
+	fs.StringVar(&cfg.run, "run", "", "only tests matching this regexp (go test -run)")
+	fs.IntVar(&cfg.parallel, "parallel", 2, "guests booted at once")
+	fs.DurationVar(&cfg.kernelTimeout, "timeout", 10*time.Minute, "limit for one guest from power-on to power-off")
+	fs.DurationVar(&cfg.suiteTimeout, "suite-timeout", 5*time.Minute, "limit for one suite binary in a guest")
+	fs.StringVar(&cfg.memory, "memory", "1G", "guest memory")
+	fs.StringVar(&cfg.qemu, "qemu", "qemu-system-x86_64", "qemu binary")
+	fs.StringVar(&cfg.busybox, "busybox", "/bin/busybox", "statically linked busybox for the guest")
+	fs.StringVar(&cfg.kernelsMD, "write-kernels-md", "", "write the kernel × feature/hook tables to this file (e.g. docs/KERNELS.md)")
+	fs.BoolVar(&cfg.verbose, "v", false, "stream every guest console line to stdout")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory (initramfs, console logs)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.kernels = debian.Kernels
+	if kernels != "" {
+		cfg.kernels = nil
+		for _, name := range splitList(kernels) {
+			k, ok := debian.Lookup(name)
+			if !ok {
+				return cfg, fmt.Errorf("invalid -kernel %q: must be one of 5.10, 6.1, 6.12, sid (or bullseye, bookworm, trixie)", name)
+			}
+			cfg.kernels = append(cfg.kernels, k)
+		}
+	}
+	for _, b := range splitList(backends) {
+		if b != "auto" && b != "fentry" && b != "tracepoint" {
+			return cfg, fmt.Errorf("invalid -backends %q: %q is not one of auto, fentry, tracepoint", backends, b)
+		}
+		cfg.backends = append(cfg.backends, b)
+	}
+	if len(cfg.backends) == 0 {
+		return cfg, fmt.Errorf("invalid -backends %q: name at least one backend", backends)
+	}
+	if cfg.parallel < 1 {
+		return cfg, fmt.Errorf("invalid -parallel %d: must be at least 1", cfg.parallel)
+	}
+	if cfg.suiteTimeout >= cfg.kernelTimeout {
+		return cfg, fmt.Errorf("invalid -suite-timeout %s: must be shorter than -timeout %s", cfg.suiteTimeout, cfg.kernelTimeout)
+	}
+	cfg.modules, cfg.packages = splitList(modules), splitList(packages)
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(2)
+	}
+	ok, err := run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// outcome is one kernel's run, for the summary and KERNELS.md.
+type outcome struct {
+	kernel debian.Kernel
+	img    *debian.Image
+	res    *bootResult
+	err    error // the guest could not even be booted
+}
+
+func run(ctx context.Context, cfg config) (bool, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	root, err := moduleRoot()
+	if err != nil {
+		return false, err
+	}
+	if cfg.mirror == "" {
+		if cfg.mirror, err = debian.MirrorFromSystem(); err != nil {
+			return false, err
+		}
+	}
+	work, err := os.MkdirTemp("", "stacktop-kernels-")
+	if err != nil {
+		return false, err
+	}
+	ok := false
+	defer func() {
+		// Console logs of failed guests are what a person needs next.
+		if cfg.keep || !ok {
+			log.Info("kept work directory (initramfs, console logs)", "dir", work)
+		} else {
+			os.RemoveAll(work)
+		}
+	}()
+	start := time.Now()
+	a, err := build(ctx, root, work, cfg.packages)
+	if err != nil {
+		return false, err
+	}
+	log.Info("built guest binaries", "suites", len(a.suites), "took", time.Since(start).Round(time.Millisecond))
+
+	cache := &debian.Cache{Dir: cfg.cacheDir, Mirror: cfg.mirror, MaxListAge: 24 * time.Hour, Log: log}
+	var tee io.Writer
+	if cfg.verbose {
+		tee = &lockedWriter{w: os.Stdout}
+	}
+	outcomes := make([]outcome, len(cfg.kernels))
+	sem := make(chan struct{}, cfg.parallel)
+	var wg sync.WaitGroup
+	for i, k := range cfg.kernels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			outcomes[i] = runKernel(ctx, cfg, cache, a, work, k, tee, log)
+		}()
+	}
+	wg.Wait()
+
+	ok = report(os.Stdout, cfg, outcomes)
+	if cfg.kernelsMD != "" {
+		if err := writeKernelsMD(ctx, cfg, a, outcomes); err != nil {
+			return false, err
+		}
+	}
+	return ok, nil
+}
+
+func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifacts, work string, k debian.Kernel, tee io.Writer, log *slog.Logger) outcome {
+	o := outcome{kernel: k}
+	o.img, o.err = cache.Fetch(ctx, k)
+	if o.err != nil {
+		return o
+	}
+	modules, err := o.img.Modules(cfg.modules)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	plan := newPlan(a, modules, cfg)
+	initrd := filepath.Join(work, "initramfs-"+k.Name+".cpio.gz")
+	if err := writeInitramfs(initrd, a, plan, modules, cfg.busybox); err != nil {
+		o.err = fmt.Errorf("initramfs: %w", err)
+		return o
+	}
+	log.Info("booting", "kernel", k.Name, "release", o.img.Release)
+	o.res, o.err = boot(ctx, o.img, initrd, filepath.Join(work, "console-"+k.Name+".log"), cfg, tee)
+	return o
+}
+
+// report prints one block per kernel and says whether all passed.
+func report(w io.Writer, cfg config, outcomes []outcome) bool {
+	ok := true
+	for _, o := range outcomes {
+		if o.err != nil {
+			fmt.Fprintf(w, "FAIL kernel %s: %v\n", o.kernel.Name, o.err)
+			ok = false
+			continue
+		}
+		problems := o.res.problems(cfg.kernelTimeout)
+		status := "PASS"
+		if len(problems) > 0 {
+			status, ok = "FAIL", false
+		}
+		booted := "never reached init"
+		if o.res.BootSeconds > 0 {
+			booted = fmt.Sprintf("booted in %.1fs", o.res.BootSeconds)
+		}
+		fmt.Fprintf(w, "%s kernel %s (%s, %.1f MB of packages): %s, guest ran %s\n", status, o.kernel.Name,
+			o.img.Release, float64(o.img.DebBytes)/1e6, booted, o.res.Wall.Round(100*time.Millisecond))
+		for _, u := range o.res.Unsupported {
+			fmt.Fprintf(w, "  backend %s: unsupported: %s\n", u.Backend, u.Reason)
+		}
+		for _, u := range o.res.SameAsAuto {
+			fmt.Fprintf(w, "  backend %s: not run again, same as auto: %s\n", u.Backend, u.Reason)
+		}
+		for _, r := range o.res.Runs {
+			fmt.Fprintf(w, "  %-22s %-10s %s\n", r.Suite, r.Backend, summarize(r))
+			for _, t := range r.Tests {
+				if t.Status != protocol.Skip {
+					continue
+				}
+				if reason, unsupported := t.Unsupported(); unsupported {
+					fmt.Fprintf(w, "    %s unsupported: %s\n", t.Name, reason)
+				} else {
+					fmt.Fprintf(w, "    %s skipped: %s\n", t.Name, strings.Join(t.Messages, " "))
+				}
+			}
+		}
+		for _, p := range problems {
+			fmt.Fprintf(w, "  problem: %s\n", p)
+		}
+		if len(problems) > 0 {
+			fmt.Fprintf(w, "  console log: %s\n", o.res.Log)
+			tail(w, o.res)
+		}
+	}
+	return ok
+}
+
+func summarize(r *protocol.Run) string {
+	counts := map[string]int{}
+	for _, t := range r.Tests {
+		counts[t.Status]++
+	}
+	end := fmt.Sprintf("exit %d in %.1fs", r.ExitCode, r.Seconds)
+	if !r.Ended {
+		end = "did not finish"
+	}
+	return fmt.Sprintf("%d passed, %d failed, %d skipped, %s", counts[protocol.Pass], counts[protocol.Fail], counts[protocol.Skip], end)
+}
+
+// tail shows the last console lines of a failed guest, where a panic, a hang
+// or a failing test leaves its trace.
+func tail(w io.Writer, r *bootResult) {
+	b, err := os.ReadFile(r.Log)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  | %s\n", l)
+	}
+}
+
+func writeKernelsMD(ctx context.Context, cfg config, a *artifacts, outcomes []outcome) error {
+	var cols []kernelsmd.Column
+	for _, o := range outcomes {
+		if o.err != nil || o.res.Doctor == nil {
+			return fmt.Errorf("not writing %s: kernel %s gave no doctor report", cfg.kernelsMD, o.kernel.Name)
+		}
+		res := o.res.Result
+		cols = append(cols, kernelsmd.Column{Name: o.kernel.Name, Suite: o.kernel.Suite, Boot: res.BootSeconds,
+			Doctor: res.Doctor, Result: &res})
+	}
+	host, err := exec.CommandContext(ctx, a.stacktop, "doctor", "--format", "json").Output()
+	if err != nil {
+		return fmt.Errorf("stacktop doctor on the host: %w", err)
+	}
+	cols = append(cols, kernelsmd.Column{Name: "host", Doctor: host})
+	f, err := os.Create(cfg.kernelsMD)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := kernelsmd.Write(f, "go run ./test/kernels -write-kernels-md "+cfg.kernelsMD, cols); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// moduleRoot is the directory of go.mod, so the runner works from any
+// directory inside the repository.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run inside the stacktop module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// lockedWriter keeps lines of guests booted side by side whole.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/test/kernels/protocol"
+)
+
+func TestIntegrationSuitesAreThePackagesUsingTestenv(t *testing.T) {
+	list := strings.Join([]string{
+		"github.com/stacktop/stacktop/cmd/stacktop|github.com/stacktop/stacktop/internal/testenv,os/exec|",
+		"github.com/stacktop/stacktop/internal/hist||",
+		"github.com/stacktop/stacktop/internal/latency||github.com/stacktop/stacktop/internal/testenv",
+		"github.com/stacktop/stacktop/internal/testenv|net,testing|",
+		"github.com/stacktop/stacktop/test/kernels/debian|github.com/stacktop/stacktop/internal/testenv|",
+	}, "\n")
+	got := integrationSuites(list)
+	want := []string{
+		"github.com/stacktop/stacktop/cmd/stacktop",
+		"github.com/stacktop/stacktop/internal/latency",
+		"github.com/stacktop/stacktop/internal/testenv",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("suites %v, want %v", got, want)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-kernel", "6.1,trixie", "-backends", "fentry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.kernels) != 2 || cfg.kernels[0].Name != "6.1" || cfg.kernels[1].Name != "6.12" {
+		t.Errorf("kernels %+v", cfg.kernels)
+	}
+	if !reflect.DeepEqual(cfg.backends, []string{"fentry"}) || !reflect.DeepEqual(cfg.modules, []string{"veth", "tun", "sch_tbf", "sch_netem", "tcp_diag", "udp_diag"}) {
+		t.Errorf("backends %v modules %v", cfg.backends, cfg.modules)
+	}
+	if cfg, err := parseFlags(nil); err != nil || len(cfg.kernels) != 4 || len(cfg.backends) != 3 {
+		t.Errorf("defaults: %+v %v", cfg, err)
+	}
+	for _, args := range [][]string{
+		{"-kernel", "4.19"},
+		{"-backends", "kprobe"},
+		{"-backends", ","},
+		{"-parallel", "0"},
+		{"-timeout", "1m", "-suite-timeout", "2m"},
+		{"extra"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		} else if !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "-")) {
+			t.Errorf("parseFlags(%q): %v does not name the flag", args, err)
+		}
+	}
+}
+
+func TestProblemsNameWhatWentWrong(t *testing.T) {
+	hung := &bootResult{TimedOut: true, Result: protocol.Result{
+		BootSeconds: 3, Doctor: []byte(`{}`),
+		Runs: []*protocol.Run{{Suite: "example/pkg", Backend: "fentry"}},
+	}}
+	if p := hung.problems(10 * time.Minute); len(p) != 1 || p[0] != "guest hung: killed after 10m0s while example/pkg ran with backend fentry" {
+		t.Errorf("hung: %q", p)
+	}
+	for want, r := range map[string]protocol.Result{
+		"guest hung: killed after 1m0s before init started (kernel boot)": {},
+		"guest hung: killed after 1m0s while stacktop doctor ran":         {BootSeconds: 3},
+		"guest hung: killed after 1m0s after the last step it reported":   {BootSeconds: 3, Doctor: []byte(`{}`)},
+	} {
+		if p := (&bootResult{TimedOut: true, Result: r}).problems(time.Minute); len(p) != 1 || p[0] != want {
+			t.Errorf("hung: %q, want %q", p, want)
+		}
+	}
+	panicked := &bootResult{Result: protocol.Result{Panic: "Kernel panic - not syncing: Attempted to kill init!"}}
+	if p := panicked.problems(time.Minute); len(p) != 1 || !strings.Contains(p[0], "Attempted to kill init") {
+		t.Errorf("panic: %q", p)
+	}
+	failed := &bootResult{Result: protocol.Result{Done: true, Runs: []*protocol.Run{{Suite: "example/pkg", Backend: "auto",
+		Ended: true, ExitCode: 1, Tests: []protocol.Test{{Name: "TestA", Status: protocol.Fail}}}}}}
+	want := []string{"example/pkg [auto] TestA failed", "example/pkg [auto] exited 1"}
+	if p := failed.problems(time.Minute); !reflect.DeepEqual(p, want) {
+		t.Errorf("failed: %q", p)
+	}
+	stopped := &bootResult{Result: protocol.Result{}}
+	if p := stopped.problems(time.Minute); len(p) != 1 || !strings.Contains(p[0], "before finishing") {
+		t.Errorf("stopped: %q", p)
+	}
+	if p := (&bootResult{Result: protocol.Result{Done: true}}).problems(time.Minute); len(p) != 0 {
+		t.Errorf("clean run: %q", p)
+	}
+}
