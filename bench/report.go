@@ -48,15 +48,15 @@ func renderMarkdown(res *results) string {
 			}
 		}
 		fmt.Fprintf(&b, "`above floor` subtracts the %.0f ns an empty program costs per run here (accounting and dispatch).\n\n", floor)
-		b.WriteString("| tool | program | type | runs/s | ns/run | above floor | verified insns |\n|---|---|---|---:|---:|---:|---:|\n")
+		b.WriteString("| tool | program | type | runs/s | ns/run | above floor | insns | verified insns |\n|---|---|---|---:|---:|---:|---:|---:|\n")
 		for _, c := range res.Cost {
 			for _, p := range c.Programs {
-				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec,
-					p.NsPerRun, p.NsPerRun-floor, p.Verified)
+				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %d | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec,
+					p.NsPerRun, p.NsPerRun-floor, p.Size, p.Verified)
 			}
 			if len(c.Programs) > 1 {
 				runs, ns := weighted(c)
-				fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | **%.0f** | CPU in BPF: **%.2f%%** of one core |\n",
+				fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | **%.0f** | | CPU in BPF: **%.2f%%** of one core |\n",
 					c.Tool, runs, ns, ns-floor, 100*c.BPFShare)
 			}
 		}

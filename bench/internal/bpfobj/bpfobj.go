@@ -103,7 +103,8 @@ type ProgStat struct {
 	Type     ebpf.ProgramType
 	Runs     uint64
 	Runtime  time.Duration
-	Verified uint32 // instructions the verifier processed; a proxy for program size
+	Size     int    // instructions in the program as loaded (xlated), subprograms included
+	Verified uint32 // instructions the verifier processed: how many paths it had to walk
 }
 
 // Stats reads the statistics of the given programs. A program unloaded
@@ -127,9 +128,13 @@ func Stats(ids []ebpf.ProgramID) ([]ProgStat, error) {
 		if err != nil {
 			return nil, fmt.Errorf("program %d: %w", id, err)
 		}
-		insns, _ := info.VerifiedInstructions()
+		verified, _ := info.VerifiedInstructions()
+		insns, err := info.Instructions()
+		if err != nil {
+			return nil, fmt.Errorf("program %d instructions: %w", id, err)
+		}
 		out = append(out, ProgStat{ID: id, Name: info.Name, Type: info.Type,
-			Runs: st.RunCount, Runtime: st.Runtime, Verified: insns})
+			Runs: st.RunCount, Runtime: st.Runtime, Size: len(insns), Verified: verified})
 	}
 	return out, nil
 }
