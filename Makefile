@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test deps matrix
+.PHONY: build generate check-generated lint test deps matrix bench
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
@@ -38,3 +38,8 @@ MATRIX_FLAGS ?=
 # fentry backend on 5.10 and 6.1 before the matrix can pass (issue 5).
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
+
+# The benchmark suite (docs/BENCHMARKS.md): root, about 20 minutes, not part
+# of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
+bench:
+	bench/run.sh $(BENCH_FLAGS)

@@ -1,0 +1,308 @@
+// Package tool starts and stops the observability tools the benchmark
+// compares, each in a process of its own, and knows when one is ready: its
+// BPF programs are loaded and attached, so measuring can begin.
+package tool
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/bench/internal/bpfobj"
+)
+
+//go:embed netstacklat.bt
+var netstacklatBT []byte
+
+// Env is what every tool needs to run.
+type Env struct {
+	Stacktop  string         // path of the stacktop binary
+	Dir       string         // scratch directory: logs, scripts
+	ServeAddr netip.AddrPort // where `stacktop serve` listens
+}
+
+// Tool is one way of observing the host under load.
+type Tool struct {
+	Name  string
+	About string // how it runs, for the report
+	// argv returns the command line; extra arguments are appended.
+	argv func(env Env, extra []string) ([]string, error)
+	// scrape: GET /metrics every second while running, like Prometheus.
+	scrape bool
+	// timestamping: hold a socket with RX software timestamping open while
+	// running, which `stacktop latency` does itself and bpftrace cannot.
+	timestamping bool
+}
+
+// Tools are all the tools, by name; "none" is the baseline.
+var Tools = []Tool{
+	{Name: "none", About: "no tool running (baseline)"},
+	{Name: "latency", About: "`stacktop latency --interval 1s > /dev/null` (all probes)", argv: stacktop("latency", "--interval", "1s")},
+	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`", argv: stacktop("stream", "--format", "json", "--interval", "1s")},
+	{Name: "serve", About: "`stacktop serve`, /metrics scraped every second", argv: serve, scrape: true},
+	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second", argv: bpftrace, timestamping: true},
+}
+
+// Lookup returns the tools with the given names, in that order.
+func Lookup(names []string) ([]Tool, error) {
+	var out []Tool
+	for _, n := range names {
+		i := slices.IndexFunc(Tools, func(t Tool) bool { return t.Name == n })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown tool %q (known: %s)", n, strings.Join(Names(), ", "))
+		}
+		out = append(out, Tools[i])
+	}
+	return out, nil
+}
+
+// Names lists the tool names.
+func Names() []string {
+	var n []string
+	for _, t := range Tools {
+		n = append(n, t.Name)
+	}
+	return n
+}
+
+func stacktop(args ...string) func(Env, []string) ([]string, error) {
+	return func(env Env, extra []string) ([]string, error) {
+		return append(append([]string{env.Stacktop}, args...), extra...), nil
+	}
+}
+
+func serve(env Env, extra []string) ([]string, error) {
+	return append([]string{env.Stacktop, "serve", "--web.listen-address", env.ServeAddr.String()}, extra...), nil
+}
+
+func bpftrace(env Env, extra []string) ([]string, error) {
+	script := filepath.Join(env.Dir, "netstacklat.bt")
+	if err := os.WriteFile(script, netstacklatBT, 0o644); err != nil {
+		return nil, err
+	}
+	offset, err := realtimeOffset()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{"bpftrace", script, strconv.FormatInt(offset, 10)}, extra...), nil
+}
+
+// Running is a started tool.
+type Running struct {
+	Tool    Tool
+	Started time.Time // when it was executed
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopAux []func()
+	logPath string
+}
+
+// Start runs t with stdout going to stdout (nil: /dev/null) and returns once
+// it is ready. The baseline tool "none" starts nothing.
+func Start(ctx context.Context, env Env, t Tool, stdout io.Writer, extra ...string) (*Running, error) {
+	r := &Running{Tool: t, Started: time.Now()}
+	if t.argv == nil {
+		return r, nil
+	}
+	argv, err := t.argv(env, extra)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	if t.timestamping {
+		stop, err := holdTimestamping()
+		if err != nil {
+			return nil, err
+		}
+		r.stopAux = append(r.stopAux, stop)
+	}
+	r.logPath = filepath.Join(env.Dir, t.Name+".log")
+	log, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.Stop()
+		return nil, err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "--- %s %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
+	r.cmd = exec.Command(argv[0], argv[1:]...)
+	r.cmd.Stdout, r.cmd.Stderr = stdout, log
+	r.Started = time.Now()
+	if err := r.cmd.Start(); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("starting %s: %w", t.Name, err)
+	}
+	r.exited = make(chan struct{})
+	go func() { _ = r.cmd.Wait(); close(r.exited) }()
+	if err := r.waitAttached(ctx, 60*time.Second); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("%s: %w (log: %s)", t.Name, err, r.logPath)
+	}
+	if t.scrape {
+		stop, err := scrapeEverySecond(ctx, "http://"+env.ServeAddr.String()+"/metrics", r.exited)
+		if err != nil {
+			r.Stop()
+			return nil, fmt.Errorf("%s: %w (log: %s)", t.Name, err, r.logPath)
+		}
+		r.stopAux = append(r.stopAux, stop)
+	}
+	return r, nil
+}
+
+// Pid is the tool's process id, 0 for the baseline.
+func (r *Running) Pid() int {
+	if r.cmd == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// Exited is closed when the tool's process ends.
+func (r *Running) Exited() <-chan struct{} { return r.exited }
+
+// waitAttached returns once the process holds BPF programs and their set
+// has not changed for a second: loading and attaching are over.
+func (r *Running) waitAttached(ctx context.Context, timeout time.Duration) error {
+	deadline := time.After(timeout)
+	var last bpfobj.Held
+	var stableSince time.Time
+	for {
+		select {
+		case <-r.exited:
+			return fmt.Errorf("exited before attaching: %v", r.cmd.ProcessState)
+		case <-deadline:
+			return fmt.Errorf("no stable set of BPF programs after %v", timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		h, err := bpfobj.HeldBy(r.Pid())
+		if err != nil {
+			continue
+		}
+		if !slices.Equal(h.Progs, last.Progs) || len(h.Progs) == 0 {
+			last, stableSince = h, time.Now()
+			continue
+		}
+		if time.Since(stableSince) >= time.Second {
+			return nil
+		}
+	}
+}
+
+// Stop ends the tool the way a user would (SIGINT, so it prints its final
+// report) and kills it if it has not exited after 10 s.
+func (r *Running) Stop() {
+	for _, stop := range r.stopAux {
+		stop()
+	}
+	r.stopAux = nil
+	if r.cmd == nil || r.exited == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+}
+
+// holdTimestamping opens a UDP socket asking for RX software timestamps,
+// which makes the kernel stamp skb->tstamp on every received packet for as
+// long as it is open.
+func holdTimestamping() (func(), error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("timestamping socket: %w", err)
+	}
+	flags := unix.SOF_TIMESTAMPING_RX_SOFTWARE | unix.SOF_TIMESTAMPING_SOFTWARE
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPING_NEW, flags); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("SO_TIMESTAMPING: %w", err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// scrapeEverySecond waits for url to answer, then fetches it every second
+// until stopped, as a Prometheus server would.
+func scrapeEverySecond(ctx context.Context, url string, exited <-chan struct{}) (func(), error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for err := get(); err != nil; err = get() {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("scraping: %w", err)
+		}
+		select {
+		case <-exited:
+			return nil, errors.New("exited before serving /metrics")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = get() // a failed scrape is the tool's problem, visible in its log
+			}
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// realtimeOffset returns CLOCK_REALTIME - CLOCK_BOOTTIME in ns, the
+// boot-time reading bracketed by two realtime readings, keeping the
+// tightest of a few tries.
+func realtimeOffset() (int64, error) {
+	var best, gap int64 = 0, -1
+	for range 16 {
+		var rt1, boot, rt2 unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &rt1); err != nil {
+			return 0, err
+		}
+		if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot); err != nil {
+			return 0, err
+		}
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &rt2); err != nil {
+			return 0, err
+		}
+		if g := rt2.Nano() - rt1.Nano(); gap < 0 || g < gap {
+			best, gap = (rt1.Nano()+rt2.Nano())/2-boot.Nano(), g
+		}
+	}
+	return best, nil
+}

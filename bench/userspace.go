@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/stacktop/stacktop/bench/internal/connload"
+	"github.com/stacktop/stacktop/bench/internal/proc"
+	"github.com/stacktop/stacktop/bench/internal/tool"
+)
+
+type userspaceResult struct {
+	Conns  int    `json:"conns"`
+	Output string `json:"output"` // what the stream printed
+	usage
+	// RecordsPerSec counts the stream's records about the benchmark's own
+	// connections per second of the window: about 2×Conns at a 1 s
+	// refresh, as both ends of each connection are local sockets.
+	RecordsPerSec float64       `json:"records_per_sec"`
+	Setup         time.Duration `json:"setup_ns"` // time to open all connections
+	Loss          streamLoss    `json:"loss"`
+}
+
+type churnResult struct {
+	Rate     int                  `json:"rate"`
+	Achieved float64              `json:"achieved_per_sec"`
+	Load     connload.ChurnResult `json:"load"`
+	usage
+	New    uint64     `json:"new_events"`    // "new" records about the churned connections
+	Closed uint64     `json:"closed_events"` // "closed" records about them
+	Loss   streamLoss `json:"loss"`
+}
+
+// usage is what the tool's process consumed over the window.
+type usage struct {
+	CPU    float64 `json:"cpu"` // CPU seconds per second: 0.02 is 2% of one core
+	RSSMax uint64  `json:"rss_max"`
+}
+
+// The stream runs with JSON output at a 1 s refresh, as a user would run
+// it, its output read by the harness to count records and losses.
+var streamArgs = []string{"--format", "json", "--interval", "1s"}
+
+func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceResult, *churnResult, error) {
+	stream, err := tool.Lookup([]string{"stream"})
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []userspaceResult
+	for _, n := range cfg.Scale {
+		rs, err := trackIdle(ctx, cfg, env, stream[0], n)
+		if err != nil {
+			return out, nil, fmt.Errorf("%d connections: %w", n, err)
+		}
+		for _, r := range rs {
+			slog.Info("userspace", "conns", n, "output", r.Output, "cpu", fmt.Sprintf("%.2f%%", 100*r.CPU),
+				"rss_mib", r.RSSMax>>20, "records_per_sec", int(r.RecordsPerSec), "lost", r.Loss.Lost, "map_full", r.Loss.MapFull)
+		}
+		out = append(out, rs...)
+	}
+	if cfg.Churn == 0 {
+		return out, nil, nil
+	}
+	c, err := churn(ctx, cfg, env, stream[0])
+	if err != nil {
+		return out, nil, fmt.Errorf("churn: %w", err)
+	}
+	slog.Info("churn", "rate", int(c.Achieved), "new", c.New, "closed", c.Closed, "lost", c.Loss.Lost, "map_full", c.Loss.MapFull)
+	return out, c, nil
+}
+
+// trackIdle measures the stream with n idle connections open, twice. First
+// printing every record: the stream is started before the connections, so
+// their opening is a burst of events it must not lose. Then with the output
+// filtered down to nothing (--port 9, a port nothing here uses): the cost of
+// tracking the connections without formatting them, started while they are
+// open and still running when they all close.
+func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, n int) ([]userspaceResult, error) {
+	all := userspaceResult{Conns: n, Output: "every record"}
+	watch := &streamWatch{}
+	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Stop()
+	start := time.Now()
+	hold, err := startHolders(n, cfg.holdPort())
+	if err != nil {
+		return nil, err
+	}
+	defer hold.stop()
+	all.Setup = time.Since(start)
+	time.Sleep(2 * time.Second) // two refreshes: every connection has been reported
+	watch.reset()
+	if all.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return nil, err
+	}
+	s := watch.snapshot()
+	all.RecordsPerSec = float64(s.ours) / cfg.Window.Seconds()
+	all.Loss = s.loss
+	if cfg.Profile {
+		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-all", n), cfg.Window)
+	}
+	run.Stop()
+
+	quiet := userspaceResult{Conns: n, Output: "none (--port 9)"}
+	watch = &streamWatch{}
+	if run, err = tool.Start(ctx, env, stream, watch, slices.Concat(streamArgs, []string{"--port", "9"})...); err != nil {
+		return nil, err
+	}
+	defer run.Stop()
+	time.Sleep(2 * time.Second)
+	if quiet.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return nil, err
+	}
+	if cfg.Profile {
+		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-quiet", n), cfg.Window)
+	}
+	if err := hold.stop(); err != nil {
+		return nil, err
+	}
+	time.Sleep(2 * time.Second) // the closes are processed
+	quiet.Loss = watch.snapshot().loss
+	return []userspaceResult{all, quiet}, nil
+}
+
+// churn runs the stream while connections open and close at cfg.Churn per
+// second, and counts the stream's new/closed records and losses.
+func churn(ctx context.Context, cfg config, env tool.Env, stream tool.Tool) (*churnResult, error) {
+	r := &churnResult{Rate: cfg.Churn}
+	watch := &streamWatch{}
+	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Stop()
+	load, err := startLoader("churn", "-rate", strconv.Itoa(cfg.Churn), "-listeners", "8",
+		"-port", strconv.Itoa(int(cfg.churnPort())))
+	if err != nil {
+		return nil, err
+	}
+	defer load.stop()
+	if r.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return nil, err
+	}
+	line, err := load.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(line), &r.Load); err != nil {
+		return nil, fmt.Errorf("churn result %q: %w", line, err)
+	}
+	r.Achieved = float64(r.Load.Opened) / r.Load.Elapsed.Seconds()
+	time.Sleep(2 * time.Second) // the last closed events are reported
+	s := watch.snapshot()
+	r.New, r.Closed, r.Loss = s.new, s.closed, s.loss
+	return r, nil
+}
+
+// measure samples the tool's CPU time and RSS over window.
+func measure(ctx context.Context, run *tool.Running, window time.Duration) (usage, error) {
+	var u usage
+	pid := run.Pid()
+	cpu0, err := proc.CPUTime(pid)
+	if err != nil {
+		return u, err
+	}
+	t0 := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for time.Since(t0) < window {
+		select {
+		case <-ctx.Done():
+			return u, ctx.Err()
+		case <-run.Exited():
+			return u, fmt.Errorf("%s exited during the measurement", run.Tool.Name)
+		case <-tick.C:
+		}
+		if rss, err := proc.RSS(pid); err == nil {
+			u.RSSMax = max(u.RSSMax, rss)
+		}
+	}
+	cpu1, err := proc.CPUTime(pid)
+	if err != nil {
+		return u, err
+	}
+	u.CPU = (cpu1 - cpu0).Seconds() / time.Since(t0).Seconds()
+	return u, nil
+}
+
+// streamLoss is the stream's own account of what it could not see:
+// cumulative counters, so the largest values seen are the totals.
+type streamLoss struct {
+	Lost    uint64 `json:"lost"`     // ring-buffer events dropped
+	MapFull uint64 `json:"map_full"` // map updates dropped
+	Reports int    `json:"reports"`  // lines that carried the counters
+}
+
+// streamWatch reads `stacktop stream --format json` output as it is
+// written. It looks only for the benchmark's own connections (addresses
+// 127.83.x.x) and for loss counters, with byte searches rather than full
+// JSON decoding so that reading 200,000 records a second stays cheap.
+type streamWatch struct {
+	mu      sync.Mutex
+	partial []byte
+	stats   watchStats
+}
+
+type watchStats struct {
+	ours, new, closed uint64
+	loss              streamLoss
+}
+
+var (
+	ourAddr     = []byte(`"127.83.`)
+	eventNew    = []byte(`"event":"new"`)
+	eventClosed = []byte(`"event":"closed"`)
+	lossKey     = []byte(`"lost"`)
+)
+
+func (w *streamWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	data := append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		w.line(data[:i])
+		data = data[i+1:]
+	}
+	w.partial = append(w.partial[:0], data...)
+	return len(p), nil
+}
+
+func (w *streamWatch) line(l []byte) {
+	if bytes.Contains(l, ourAddr) {
+		w.stats.ours++
+		switch {
+		case bytes.Contains(l, eventNew):
+			w.stats.new++
+		case bytes.Contains(l, eventClosed):
+			w.stats.closed++
+		}
+		return
+	}
+	if !bytes.Contains(l, lossKey) {
+		return
+	}
+	var c struct {
+		Lost    uint64 `json:"lost"`
+		MapFull uint64 `json:"map_full"`
+	}
+	if json.Unmarshal(l, &c) == nil {
+		w.stats.loss.Lost = max(w.stats.loss.Lost, c.Lost)
+		w.stats.loss.MapFull = max(w.stats.loss.MapFull, c.MapFull)
+		w.stats.loss.Reports++
+	}
+}
+
+// reset zeroes the record counts, keeping the cumulative loss counters.
+func (w *streamWatch) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stats = watchStats{loss: w.stats.loss}
+}
+
+func (w *streamWatch) snapshot() watchStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
