@@ -3,8 +3,6 @@ package latency
 import (
 	"bufio"
 	"fmt"
-	"github.com/stacktop/stacktop/internal/cgroup"
-	"github.com/stacktop/stacktop/internal/hist"
 	"maps"
 	"net"
 	"os"
@@ -18,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stacktop/stacktop/internal/cgroup"
+	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
