@@ -39,6 +39,7 @@ type serveOptions struct {
 	interval runopts.Seconds
 	duration time.Duration
 	perConn  int
+	maxConn  int
 	bpfStats bool
 	flags    *pflag.FlagSet // tells an explicit -n 0 from its default
 }
@@ -88,6 +89,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.duration, "duration", 0, "stop serving after this long, e.g. 1h (0 = until interrupted)")
 	fs.IntVar(&o.perConn, "per-connection-series", 0,
 		"also export per-connection series for this many of the busiest connections (0 = none)")
+	registerMaxConnections(fs, &o.maxConn)
 	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 }
@@ -115,6 +117,9 @@ func (o *serveOptions) config() (serveConfig, error) {
 	case o.udpIdle <= 0:
 		return c, clierr.Usage("udp-idle", o.udpIdle.String(), "must be positive")
 	}
+	if err := checkMaxConnections(o.maxConn); err != nil {
+		return c, err
+	}
 	var err error
 	if c.latency, err = o.probes.config(); err != nil {
 		return c, err
@@ -122,7 +127,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if c.sel, err = o.connSelector(c.latency); err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle}
+	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle, MaxConnections: o.maxConn}
 	return c, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ type connFlags struct {
 	log     string
 	udpIdle time.Duration
 	backend string
+	maxConn int
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -35,6 +37,21 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.log, "log", "", "also append CSV rows to this file (created with a header if absent)")
 	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
 	fs.StringVar(&f.backend, "backend", string(features.Auto), "hook backend: auto, fentry, tracepoint")
+	registerMaxConnections(fs, &f.maxConn)
+}
+
+// registerMaxConnections adds --max-connections, shared by top, stream and serve.
+func registerMaxConnections(fs *pflag.FlagSet, n *int) {
+	fs.IntVar(n, "max-connections", conntrack.DefaultMaxConnections,
+		"size of the kernel's TCP socket table and of its UDP flow table (each); sockets beyond it are counted as map full")
+}
+
+// checkMaxConnections validates --max-connections (exit 2 naming the value).
+func checkMaxConnections(n int) error {
+	if err := conntrack.ValidMaxConnections(n); err != nil {
+		return clierr.Usage("max-connections", strconv.Itoa(n), "%v", err)
+	}
+	return nil
 }
 
 // config validates every flag (exit 2 naming the flag and value).
@@ -44,6 +61,9 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	}
 	if f.udpIdle <= 0 {
 		return conntrack.Config{}, clierr.Usage("udp-idle", f.udpIdle.String(), "must be positive")
+	}
+	if err := checkMaxConnections(f.maxConn); err != nil {
+		return conntrack.Config{}, err
 	}
 	backend, err := features.ParseBackend(f.backend)
 	if err != nil {
@@ -58,7 +78,7 @@ func (f *connFlags) config() (conntrack.Config, error) {
 			return conntrack.Config{}, err
 		}
 	}
-	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter}, nil
+	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn}, nil
 }
 
 func newStreamCmd() *cobra.Command {

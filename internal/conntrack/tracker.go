@@ -39,11 +39,77 @@ const (
 	dropMapFull = 1
 )
 
+// Capacity of the kernel tables (--max-connections). The default holds
+// 131,072 connections with both ends on this host (a loopback connection is
+// two sockets); docs/CONNECTIONS.md lists the memory each size locks.
+// MaxMaxConnections bounds what a typo can ask the kernel to reserve.
+const (
+	DefaultMaxConnections = 262144
+	MinMaxConnections     = 1
+	MaxMaxConnections     = 1 << 22
+)
+
+// Ring buffer bounds: closedRecordSize is one closed event (struct conn,
+// 120 bytes, plus the ring's 8-byte header); the ring is sized for one
+// event per table entry, a power of two of pages, within these bounds.
+const (
+	closedRecordSize = 128
+	minRingBytes     = 4 << 20
+	maxRingBytes     = 256 << 20
+)
+
 // Config chooses what the tracker attaches and reports.
 type Config struct {
 	Backend features.Backend   // per-hook backend; "" means auto
 	UDPIdle time.Duration      // 0 means DefaultUDPIdle
 	Filter  *connfilter.Filter // nil selects everything
+	// MaxConnections is the number of entries of the kernel's TCP socket
+	// table and of its UDP flow table (each); 0 means
+	// DefaultMaxConnections. A socket or flow that finds its table full is
+	// counted in Snapshot's MapFull and not tracked.
+	MaxConnections int
+}
+
+// ValidMaxConnections reports why n cannot be a table size, or nil.
+func ValidMaxConnections(n int) error {
+	if n < MinMaxConnections || n > MaxMaxConnections {
+		return fmt.Errorf("must be between %d and %d", MinMaxConnections, MaxMaxConnections)
+	}
+	return nil
+}
+
+// ringBytes is the closed-event ring buffer size for a table of n entries:
+// room for every tracked socket to close between two reads, rounded up to a
+// power of two (the kernel requires a power-of-two number of pages).
+func ringBytes(n int) uint32 {
+	want := uint64(n) * closedRecordSize
+	size := uint64(minRingBytes)
+	for size < want && size < maxRingBytes {
+		size <<= 1
+	}
+	return uint32(size)
+}
+
+// sizeMaps sets the table and ring buffer sizes of spec for n connections.
+func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
+	if err := ValidMaxConnections(n); err != nil {
+		return fmt.Errorf("max connections %d: %w", n, err)
+	}
+	// owners (UDP socket owners, an LRU that evicts gracefully and is
+	// preallocated) keeps its compiled size.
+	for _, name := range []string{"conns", "flows"} {
+		m, ok := spec.Maps[name]
+		if !ok {
+			return fmt.Errorf("map %s missing from the BPF object", name)
+		}
+		m.MaxEntries = uint32(n)
+	}
+	ring, ok := spec.Maps["closed"]
+	if !ok {
+		return fmt.Errorf("map closed missing from the BPF object")
+	}
+	ring.MaxEntries = ringBytes(n)
+	return nil
 }
 
 // Tracker owns the loaded programs and the state needed between snapshots.
@@ -80,6 +146,9 @@ func Open(cfg Config) (*Tracker, error) {
 	if cfg.UDPIdle == 0 {
 		cfg.UDPIdle = DefaultUDPIdle
 	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
 	t := &Tracker{cfg: cfg, previous: map[key]totals{}}
 	if err := t.open(); err != nil {
 		t.Close()
@@ -91,7 +160,7 @@ func Open(cfg Config) (*Tracker, error) {
 // Probe attaches every connection hook, detaches them again and reports the
 // backend each got or why none would attach (for doctor).
 func Probe(backend features.Backend) ([]features.Choice, error) {
-	t := &Tracker{}
+	t := &Tracker{cfg: Config{MaxConnections: DefaultMaxConnections}}
 	defer t.Close()
 	if err := t.loadMaps(); err != nil {
 		return nil, err
@@ -107,6 +176,9 @@ func (t *Tracker) loadMaps() error {
 	}
 	var err error
 	if t.spec, err = loadConns(); err != nil {
+		return err
+	}
+	if err := sizeMaps(t.spec, t.cfg.MaxConnections); err != nil {
 		return err
 	}
 	if err := t.spec.Variables["tracing_cookie"].Set(tracingCookie()); err != nil {
