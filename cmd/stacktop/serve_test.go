@@ -31,6 +31,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
 		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
 		{[]string{"--interval", "0"}, `invalid --interval "0s": must be positive`},
+		{[]string{"--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
 		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
 		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
 		{[]string{"-p", "12,x"}, `invalid --pid "x"`},

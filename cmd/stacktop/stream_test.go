@@ -50,6 +50,12 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"stream", "--format", "xml"}, `invalid --format "xml"`},
 		{[]string{"stream", "--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"stream", "--pid", "-3"}, `invalid --pid "-3"`},
+		{[]string{"stream", "--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
+		{[]string{"stream", "--max-connections", "-1"}, `invalid --max-connections "-1"`},
+		{[]string{"stream", "--max-connections", "lots"}, `invalid argument "lots" for "--max-connections"`},
+		{[]string{"stream", "--max-connections", "4194305"}, `invalid --max-connections "4194305"`},
+		{[]string{"top", "--max-connections", "99999999999"}, `invalid --max-connections "99999999999"`},
+		{[]string{"top", "--max-connections", "1e99"}, `invalid argument "1e99" for "--max-connections"`},
 		{[]string{"stream", "--log", otherLog}, `invalid --log "` + otherLog + `"`},
 		{[]string{"top", "--port", "65536"}, `invalid --port "65536"`},
 		{[]string{"--process", "["}, `invalid --process "["`},
@@ -176,11 +182,18 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 // refresh.
 func streamRun(t *testing.T, tr *traffic, args ...string) string {
 	t.Helper()
+	return streamRunWith(t, tr.exchange, args...)
+}
+
+// streamRunWith runs stacktop in-process and calls traffic after its first
+// refresh.
+func streamRunWith(t *testing.T, traffic func(*testing.T), args ...string) string {
+	t.Helper()
 	out := &firstWrite{started: make(chan struct{})}
 	var stderr bytes.Buffer
 	go func() {
 		<-out.started
-		tr.exchange(t)
+		traffic(t)
 	}()
 	backend := testenv.Backend(t)
 	args = append(args, "--backend", string(backend))
@@ -327,4 +340,94 @@ func TestStreamLogAppends(t *testing.T) {
 		}
 	}
 	checkCSVRows(t, rows[1:], 2)
+}
+
+// TestStreamMapFull: --max-connections 16 with 64 connections opened during
+// the run (128 sockets on this host) shows the overflow in the JSON summary
+// and the text footer; the default capacity shows none for the same traffic.
+func TestStreamMapFull(t *testing.T) {
+	testenv.RequireRoot(t)
+	const conns = 64
+	p := testenv.NewPeer(t, "stk-capst", 241)
+	l := p.ServeTCP(t, net.JoinHostPort(p.PeerIP4.String(), "0"), func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c)
+	})
+	addr := l.Addr().String()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	// open makes the connections, writes one byte on each and holds them
+	// until the subtest ends.
+	open := func(t *testing.T) {
+		for range conns {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			if _, err := c.Write([]byte{1}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	common := []string{"stream", "--count", "4", "--interval", "400ms", "--port", port}
+	// Every socket that found the table full is counted at least once.
+	const atLeast = 2*conns - 16
+
+	summaries := func(t *testing.T, out string) (last output.Summary, records []conn.Record) {
+		s := bufio.NewScanner(strings.NewReader(out))
+		for s.Scan() {
+			var probe struct{ Event string }
+			if err := json.Unmarshal(s.Bytes(), &probe); err != nil {
+				t.Fatalf("line %q: %v", s.Text(), err)
+			}
+			if probe.Event == "summary" {
+				if err := json.Unmarshal(s.Bytes(), &last); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			var r conn.Record
+			if err := json.Unmarshal(s.Bytes(), &r); err != nil {
+				t.Fatal(err)
+			}
+			records = append(records, r)
+		}
+		return last, records
+	}
+
+	t.Run("json-tiny", func(t *testing.T) {
+		out := streamRunWith(t, open, append(common, "--format", "json", "--max-connections", "16")...)
+		last, _ := summaries(t, out)
+		if last.MapFull < atLeast {
+			t.Errorf("last summary map_full %d, want at least %d:\n%s", last.MapFull, atLeast, out)
+		}
+	})
+
+	t.Run("text-tiny", func(t *testing.T) {
+		out := streamRunWith(t, open, append(common, "--max-connections", "16")...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		footer := lines[len(lines)-1]
+		i := strings.LastIndex(footer, "map full: ")
+		if i < 0 {
+			t.Fatalf("last line is not a footer:\n%s", out)
+		}
+		n, err := strconv.Atoi(footer[i+len("map full: "):])
+		if err != nil || n < atLeast {
+			t.Errorf("footer %q: map full %d (%v), want at least %d", footer, n, err, atLeast)
+		}
+	})
+
+	t.Run("json-default", func(t *testing.T) {
+		out := streamRunWith(t, open, append(common, "--format", "json")...)
+		last, records := summaries(t, out)
+		seen := map[[2]uint16]bool{}
+		for _, r := range records {
+			if r.State != "LISTEN" {
+				seen[[2]uint16{r.LocalPort, r.RemotePort}] = true
+			}
+		}
+		if last.MapFull != 0 || len(seen) != 2*conns {
+			t.Errorf("map_full %d and %d of our sockets seen; want 0 and %d:\n%s", last.MapFull, len(seen), 2*conns, out)
+		}
+	})
 }
