@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stacktop/stacktop/test/kernels/debian"
 	"github.com/stacktop/stacktop/test/kernels/protocol"
 )
 
@@ -91,5 +92,29 @@ func TestProblemsNameWhatWentWrong(t *testing.T) {
 	}
 	if p := (&bootResult{Result: protocol.Result{Done: true}}).problems(time.Minute); len(p) != 0 {
 		t.Errorf("clean run: %q", p)
+	}
+}
+
+func TestReportListsHostOnlySkipsApart(t *testing.T) {
+	run := &protocol.Run{Suite: "deploy", Backend: "auto", Ended: true, Seconds: 0.2, Tests: []protocol.Test{
+		{Name: "TestA", Status: protocol.Pass},
+		{Name: "TestB", Status: protocol.Skip, Messages: []string{"b_test.go:3: not in the guest image: promtool (host-only tool)"}},
+		{Name: "TestC", Status: protocol.Skip, Messages: []string{"c_test.go:4: unsupported: no netfilter link"}},
+		{Name: "TestD", Status: protocol.Skip, Messages: []string{"d_test.go:5: slow"}},
+	}}
+	if got, want := summarize(run), "1 passed, 0 failed, 3 skipped (1 not in the guest image), exit 0 in 0.2s"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	var b strings.Builder
+	report(&b, config{}, []outcome{{kernel: debian.Kernel{Name: "6.12"}, img: &debian.Image{Release: "6.12.0"},
+		res: &bootResult{Result: protocol.Result{Done: true, Runs: []*protocol.Run{run}}}}})
+	for _, line := range []string{
+		"    TestB not in the guest image: promtool (host-only tool)\n",
+		"    TestC unsupported: no netfilter link\n",
+		"    TestD skipped: d_test.go:5: slow\n",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("report lacks %q:\n%s", line, b.String())
+		}
 	}
 }
