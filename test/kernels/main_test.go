@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,5 +119,44 @@ func TestReportListsHostOnlySkipsApart(t *testing.T) {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("report lacks %q:\n%s", line, b.String())
 		}
+	}
+}
+
+func TestGuestGetsThePackagesDataFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"a.go", "a_test.go", "grafana/dash.json", "testdata/x.go", "testdata/y.txt", "sub/pkg.go", "sub/data.txt"} {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := dataFile(dir)
+	var got []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		if !keep(rel, d) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() {
+			got = append(got, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// testdata is copied whole (Go files there are data); sub is a package
+	// of its own.
+	if want := []string{"grafana/dash.json", "testdata/x.go", "testdata/y.txt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("copied %q, want %q", got, want)
 	}
 }
