@@ -397,15 +397,18 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 		body = string(b)
 		return err
 	})
+	// Which backend a hook gets is the kernel's call (tracepoint on the CI
+	// host, which refuses fentry; fentry on the matrix's 6.12): what the
+	// unit must allow is that each hook attaches with one of them.
 	for _, want := range []string{
-		`stacktop_probe_backend_info{backend="tracepoint",hook="tcp-socket-read"} 1`,
-		`stacktop_probe_backend_info{backend="tracepoint",hook="tcp-state"} 1`,
-		`stacktop_scrape_error{source="latency"} 0`,
-		`stacktop_scrape_error{source="connections"} 0`,
-		`stacktop_scrape_error{source="bpf_programs"} 0`,
+		`(?m)^stacktop_probe_backend_info\{backend="[a-z]+",hook="tcp-socket-read"\} 1$`,
+		`(?m)^stacktop_probe_backend_info\{backend="[a-z]+",hook="tcp-state"\} 1$`,
+		`(?m)^stacktop_scrape_error\{source="latency"\} 0$`,
+		`(?m)^stacktop_scrape_error\{source="connections"\} 0$`,
+		`(?m)^stacktop_scrape_error\{source="bpf_programs"\} 0$`,
 	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %s", want)
+		if !regexp.MustCompile(want).MatchString(body) {
+			t.Errorf("metrics lack a line matching %s", want)
 		}
 	}
 }

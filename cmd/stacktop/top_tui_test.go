@@ -29,6 +29,7 @@ import (
 // refresh, paused or not, and --sort chose the initial order.
 func TestTopUnderTmux(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "tmux") // before any setup: the matrix guests have none
 	port := serveInPeer(t)
 	comm := ownComm(t)
 	logFile := filepath.Join(t.TempDir(), "conns.csv")
@@ -111,6 +112,7 @@ func TestTopUnderTmux(t *testing.T) {
 // at all; both still show the table and quit on q.
 func TestTopWithoutColourUnderTmux(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "tmux") // before any setup: the matrix guests have none
 	colour := regexp.MustCompile(`\x1b\[[0-9;]*(3[0-8]|4[0-8]|9[0-7]|10[0-7])[;m]`)
 	attribute := regexp.MustCompile(`\x1b\[[0-9;]*m`)
 	for _, tc := range []struct {
@@ -164,6 +166,7 @@ func TestTopSortFlag(t *testing.T) {
 // table like q does: exit 0, terminal restored.
 func TestTopSIGTERMRestoresTerminal(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.RequireTool(t, "tmux") // before any setup: the matrix guests have none
 	pane := startPane(t, 100, 20, "", "top", "--interval", "300ms")
 	pane.await("the table", func(s string) bool { return strings.Contains(s, " sort Rate In ▼") })
 	shell := strings.TrimSpace(pane.tmux("display-message", "-p", "-t", pane.name, "#{pane_pid}"))
@@ -198,11 +201,7 @@ type pane struct {
 // w×h cells, with env ("NAME=value" or "") set for it.
 func startPane(t *testing.T, w, h int, env string, args ...string) *pane {
 	t.Helper()
-	path, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Fatalf("tmux is needed (scripts/deps.sh installs it): %v", err)
-	}
-	p := &pane{t: t, tmuxPath: path, name: fmt.Sprintf("stt-tui-%d-%d", os.Getpid(), time.Now().UnixNano()),
+	p := &pane{t: t, tmuxPath: testenv.RequireTool(t, "tmux"), name: fmt.Sprintf("stt-tui-%d-%d", os.Getpid(), time.Now().UnixNano()),
 		exitFile: filepath.Join(t.TempDir(), "exit")}
 	// The shell stays after stacktop exits, so its exit status and the
 	// restored terminal can be read.

@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,4 +56,45 @@ func TestPeerReplacesStaleNamespaceFile(t *testing.T) {
 	}
 	p := NewPeer(t, name, 16)
 	p.UDPToHost(t, V4, 1, 0)
+}
+
+// outcomeTB records how a test helper ended the test.
+type outcomeTB struct {
+	testing.TB
+	ended string // "", "skip: ..." or "fatal: ..."
+}
+
+func (o *outcomeTB) Helper() {}
+func (o *outcomeTB) Skipf(format string, args ...any) {
+	o.ended = "skip: " + fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (o *outcomeTB) Fatalf(format string, args ...any) {
+	o.ended = "fatal: " + fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// A missing tool fails under CI on the host, skips with NotInGuestPrefix in
+// a matrix guest (whose image ships no such tools), and skips elsewhere.
+func TestRequireToolMissing(t *testing.T) {
+	const tool = "stacktop-no-such-tool"
+	for _, c := range []struct{ ci, guest, want string }{
+		{"true", "", "fatal: " + tool + " is not installed"},
+		{"true", "1", "skip: " + NotInGuestPrefix + tool + " "},
+		{"", "", "skip: needs " + tool},
+	} {
+		t.Setenv("CI", c.ci)
+		t.Setenv(GuestEnv, c.guest)
+		o := &outcomeTB{TB: t}
+		done := make(chan struct{})
+		go func() { defer close(done); RequireTool(o, tool) }()
+		<-done
+		if !strings.HasPrefix(o.ended, c.want) {
+			t.Errorf("CI=%q %s=%q: %q, want prefix %q", c.ci, GuestEnv, c.guest, o.ended, c.want)
+		}
+	}
+	t.Setenv("PATH", "/bin:/usr/bin")
+	if p := RequireTool(t, "sh"); p == "" {
+		t.Error("sh not found")
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,13 +25,14 @@ const (
 type artifacts struct {
 	init     string // guestinit
 	stacktop string
+	docs     string // the repository's docs directory, which tests check code against
 	suites   []builtSuite
 }
 
 type builtSuite struct {
-	name     string // package path inside the module, e.g. internal/testenv
-	path     string // on the host
-	testdata string // the package's testdata directory on the host, if any
+	name string // package path inside the module, e.g. internal/testenv
+	path string // on the host
+	dir  string // the package's directory on the host
 }
 
 // goCmd runs the go tool in the module root with cgo off, so every binary is
@@ -67,7 +69,7 @@ func integrationSuites(goList string) []string {
 }
 
 func build(ctx context.Context, root, dir string, only []string) (*artifacts, error) {
-	a := &artifacts{init: filepath.Join(dir, "init"), stacktop: filepath.Join(dir, "stacktop")}
+	a := &artifacts{init: filepath.Join(dir, "init"), stacktop: filepath.Join(dir, "stacktop"), docs: filepath.Join(root, "docs")}
 	if err := goCmd(ctx, root, "build", "-trimpath", "-o", a.init, "./test/kernels/guestinit"); err != nil {
 		return nil, err
 	}
@@ -93,11 +95,7 @@ func build(ctx context.Context, root, dir string, only []string) (*artifacts, er
 		if _, err := os.Stat(bin); err != nil {
 			continue // a package with no test files yields no binary
 		}
-		s := builtSuite{name: name, path: bin}
-		if td := filepath.Join(root, name, "testdata"); isDir(td) {
-			s.testdata = td
-		}
-		a.suites = append(a.suites, s)
+		a.suites = append(a.suites, builtSuite{name: name, path: bin, dir: filepath.Join(root, name)})
 	}
 	return a, nil
 }
@@ -105,4 +103,22 @@ func build(ctx context.Context, root, dir string, only []string) (*artifacts, er
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// dataFile says whether a suite's guest copy of its package directory gets
+// the entry at rel (relative to the package directory dir): every file a
+// test may open by a relative path as under go test (testdata, and data
+// such as deploy's manifests), but no Go source and no nested Go package,
+// which is a package of its own.
+func dataFile(dir string) func(rel string, d fs.DirEntry) bool {
+	return func(rel string, d fs.DirEntry) bool {
+		if slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "testdata") {
+			return true // copied whole, Go files too: they are data there
+		}
+		if !d.IsDir() {
+			return !strings.HasSuffix(rel, ".go")
+		}
+		gos, _ := filepath.Glob(filepath.Join(dir, rel, "*.go"))
+		return len(gos) == 0
+	}
 }

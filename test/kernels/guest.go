@@ -43,10 +43,16 @@ func writeInitramfs(file string, a *artifacts, plan protocol.Plan, modules []deb
 	for i, s := range a.suites {
 		w.CopyFile(plan.Suites[i].Path, s.path)
 		w.Dir(plan.Suites[i].Dir)
-		if s.testdata != "" {
-			if err := w.CopyTree(path.Join(plan.Suites[i].Dir, "testdata"), s.testdata); err != nil {
-				return err
-			}
+		if err := w.CopyTreeFunc(plan.Suites[i].Dir, s.dir, dataFile(s.dir)); err != nil {
+			return err
+		}
+	}
+	// Suites run in /src/<package>, so ../../docs reaches the documents
+	// that tests check the code against (docs/METRICS.md), as in the
+	// repository.
+	if isDir(a.docs) {
+		if err := w.CopyTree("src/docs", a.docs); err != nil {
+			return err
 		}
 	}
 	raw, err := json.MarshalIndent(plan, "", "  ")

@@ -264,11 +264,8 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 				if t.Status != protocol.Skip {
 					continue
 				}
-				if reason, unsupported := t.Unsupported(); unsupported {
-					fmt.Fprintf(w, "    %s unsupported: %s\n", t.Name, reason)
-				} else {
-					fmt.Fprintf(w, "    %s skipped: %s\n", t.Name, strings.Join(t.Messages, " "))
-				}
+				kind, reason := t.SkipKind()
+				fmt.Fprintf(w, "    %s %s: %s\n", t.Name, kind, reason)
 			}
 		}
 		for _, p := range problems {
@@ -284,14 +281,22 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 
 func summarize(r *protocol.Run) string {
 	counts := map[string]int{}
+	notInGuest := 0
 	for _, t := range r.Tests {
 		counts[t.Status]++
+		if _, ok := t.NotInGuest(); ok {
+			notInGuest++
+		}
 	}
 	end := fmt.Sprintf("exit %d in %.1fs", r.ExitCode, r.Seconds)
 	if !r.Ended {
 		end = "did not finish"
 	}
-	return fmt.Sprintf("%d passed, %d failed, %d skipped, %s", counts[protocol.Pass], counts[protocol.Fail], counts[protocol.Skip], end)
+	skipped := fmt.Sprintf("%d skipped", counts[protocol.Skip])
+	if notInGuest > 0 {
+		skipped += fmt.Sprintf(" (%d not in the guest image)", notInGuest)
+	}
+	return fmt.Sprintf("%d passed, %d failed, %s, %s", counts[protocol.Pass], counts[protocol.Fail], skipped, end)
 }
 
 // tail shows the last console lines of a failed guest, where a panic, a hang

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stacktop/stacktop/test/kernels/debian"
 	"github.com/stacktop/stacktop/test/kernels/protocol"
 )
 
@@ -91,5 +95,68 @@ func TestProblemsNameWhatWentWrong(t *testing.T) {
 	}
 	if p := (&bootResult{Result: protocol.Result{Done: true}}).problems(time.Minute); len(p) != 0 {
 		t.Errorf("clean run: %q", p)
+	}
+}
+
+func TestReportListsHostOnlySkipsApart(t *testing.T) {
+	run := &protocol.Run{Suite: "deploy", Backend: "auto", Ended: true, Seconds: 0.2, Tests: []protocol.Test{
+		{Name: "TestA", Status: protocol.Pass},
+		{Name: "TestB", Status: protocol.Skip, Messages: []string{"b_test.go:3: not in the guest image: promtool (host-only tool)"}},
+		{Name: "TestC", Status: protocol.Skip, Messages: []string{"c_test.go:4: unsupported: no netfilter link"}},
+		{Name: "TestD", Status: protocol.Skip, Messages: []string{"d_test.go:5: slow"}},
+	}}
+	if got, want := summarize(run), "1 passed, 0 failed, 3 skipped (1 not in the guest image), exit 0 in 0.2s"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	var b strings.Builder
+	report(&b, config{}, []outcome{{kernel: debian.Kernel{Name: "6.12"}, img: &debian.Image{Release: "6.12.0"},
+		res: &bootResult{Result: protocol.Result{Done: true, Runs: []*protocol.Run{run}}}}})
+	for _, line := range []string{
+		"    TestB not in the guest image: promtool (host-only tool)\n",
+		"    TestC unsupported: no netfilter link\n",
+		"    TestD skipped: d_test.go:5: slow\n",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("report lacks %q:\n%s", line, b.String())
+		}
+	}
+}
+
+func TestGuestGetsThePackagesDataFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"a.go", "a_test.go", "grafana/dash.json", "testdata/x.go", "testdata/y.txt", "sub/pkg.go", "sub/data.txt"} {
+		p := filepath.Join(dir, f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep := dataFile(dir)
+	var got []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		if !keep(rel, d) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.IsDir() {
+			got = append(got, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// testdata is copied whole (Go files there are data); sub is a package
+	// of its own.
+	if want := []string{"grafana/dash.json", "testdata/x.go", "testdata/y.txt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("copied %q, want %q", got, want)
 	}
 }

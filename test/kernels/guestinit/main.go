@@ -160,7 +160,7 @@ func runSuite(plan protocol.Plan, s protocol.Suite, backend string) {
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
 	cmd.Env = append(os.Environ(), "CI=true", "PATH=/bin", "HOME=/tmp",
-		testenv.BackendEnv+"="+backend, testenv.BinaryEnv+"="+plan.Stacktop)
+		testenv.BackendEnv+"="+backend, testenv.BinaryEnv+"="+plan.Stacktop, testenv.GuestEnv+"=1")
 	start := time.Now()
 	code := 0
 	if err := cmd.Run(); err != nil {

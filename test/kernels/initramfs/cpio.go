@@ -75,6 +75,13 @@ func (w *Writer) CopyFile(name, src string) {
 // CopyTree adds the host directory src, with its files and subdirectories,
 // as name.
 func (w *Writer) CopyTree(name, src string) error {
+	return w.CopyTreeFunc(name, src, nil)
+}
+
+// CopyTreeFunc is CopyTree with only the entries keep accepts (given their
+// path relative to src); a directory it rejects is skipped whole. A nil keep
+// accepts everything.
+func (w *Writer) CopyTreeFunc(name, src string, keep func(rel string, d fs.DirEntry) bool) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -82,6 +89,12 @@ func (w *Writer) CopyTree(name, src string) error {
 		rel, err := filepath.Rel(src, p)
 		if err != nil {
 			return err
+		}
+		if keep != nil && rel != "." && !keep(rel, d) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		dst := path.Join(name, filepath.ToSlash(rel))
 		switch {

@@ -210,13 +210,8 @@ func writeSuites(w io.Writer, cols []Column) {
 				case protocol.Fail:
 					fail++
 				case protocol.Skip:
-					reason, ok := t.Unsupported()
-					if !ok {
-						reason = "skipped: " + strings.Join(t.Messages, " ")
-					} else {
-						reason = "unsupported: " + reason
-					}
-					skipped = append(skipped, t.Name+" "+n.ref(reason))
+					kind, reason := t.SkipKind()
+					skipped = append(skipped, t.Name+" "+n.ref(kind+": "+reason))
 				}
 			}
 			exit := fmt.Sprint(r.ExitCode)

@@ -24,6 +24,7 @@ func TestWriteTables(t *testing.T) {
 		Runs: []*protocol.Run{{Suite: "example/pkg", Backend: "fentry", Ended: true, Tests: []protocol.Test{
 			{Name: "TestA", Status: protocol.Pass},
 			{Name: "TestB", Status: protocol.Skip, Messages: []string{"b_test.go:3: unsupported: no netfilter link"}},
+			{Name: "TestC", Status: protocol.Skip, Messages: []string{"c_test.go:5: not in the guest image: tmux (host-only tool)"}},
 		}}},
 	}
 	cols := []Column{
@@ -51,9 +52,10 @@ func TestWriteTables(t *testing.T) {
 		"| 6.1 | tracepoint | all | — | — | — | unsupported [1] |",
 		"- [1] tp_btf: EPERM",
 		"| 6.1 | fentry | all | — | — | — | same as auto [2] |",
-		"| 6.1 | fentry | example/pkg | 1 | 0 | TestB [3] | 0 |",
+		"| 6.1 | fentry | example/pkg | 1 | 0 | TestB [3], TestC [4] | 0 |",
 		"- [2] auto chose fentry for all 2 hooks",
 		"- [3] unsupported: no netfilter link",
+		"- [4] not in the guest image: tmux (host-only tool)",
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("missing line %q in\n%s", line, out)

@@ -25,12 +25,32 @@ type Test struct {
 
 // Unsupported reports whether the test skipped through testenv.Unsupported
 // because the kernel lacks what it needs, and why.
-func (t Test) Unsupported() (string, bool) {
+func (t Test) Unsupported() (string, bool) { return t.skippedWith(testenv.UnsupportedPrefix) }
+
+// NotInGuest reports whether the test skipped because it needs something the
+// guest image ships by design not (a host-only tool, through
+// testenv.RequireTool), and what.
+func (t Test) NotInGuest() (string, bool) { return t.skippedWith(testenv.NotInGuestPrefix) }
+
+// SkipKind classifies a skip for the reports: "unsupported" (the kernel
+// lacks it), "not in the guest image" (the image lacks it) or "skipped"
+// (anything else), with the reason.
+func (t Test) SkipKind() (kind, reason string) {
+	if r, ok := t.Unsupported(); ok {
+		return "unsupported", r
+	}
+	if r, ok := t.NotInGuest(); ok {
+		return strings.TrimSuffix(testenv.NotInGuestPrefix, ": "), r
+	}
+	return "skipped", strings.Join(t.Messages, " ")
+}
+
+func (t Test) skippedWith(prefix string) (string, bool) {
 	if t.Status != Skip {
 		return "", false
 	}
 	for _, m := range t.Messages {
-		if _, reason, ok := strings.Cut(m, testenv.UnsupportedPrefix); ok {
+		if _, reason, ok := strings.Cut(m, prefix); ok {
 			return reason, true
 		}
 	}

@@ -30,6 +30,9 @@ func console(t *testing.T) string {
 === RUN   TestC
     c_test.go:12: unsupported: ip-start: netfilter link: invalid argument
 --- SKIP: TestC (0.00s)
+=== RUN   TestE
+    e_test.go:7: not in the guest image: promtool (host-only tool; the host suites run this test)
+--- SKIP: TestE (0.00s)
 === RUN   TestD
 === RUN   TestD/sub
     d_test.go:20: got 3 packets, want 4
@@ -73,7 +76,7 @@ func TestCollectorReadsAGuestRun(t *testing.T) {
 		t.Fatalf("run %+v", run)
 	}
 	want := []struct{ name, status string }{
-		{"TestA", Pass}, {"TestB", Skip}, {"TestC", Skip}, {"TestD/sub", Fail}, {"TestD", Fail},
+		{"TestA", Pass}, {"TestB", Skip}, {"TestC", Skip}, {"TestE", Skip}, {"TestD/sub", Fail}, {"TestD", Fail},
 	}
 	if len(run.Tests) != len(want) {
 		t.Fatalf("tests %+v", run.Tests)
@@ -89,7 +92,19 @@ func TestCollectorReadsAGuestRun(t *testing.T) {
 	if reason, ok := run.Tests[2].Unsupported(); !ok || reason != "ip-start: netfilter link: invalid argument" {
 		t.Errorf("unsupported reason %q, %v", reason, ok)
 	}
-	if got := run.Tests[3].Messages; len(got) != 1 || got[0] != "d_test.go:20: got 3 packets, want 4" {
+	for i, want := range [][2]string{
+		{"skipped", "b_test.go:10: netfilter hook missing"},
+		{"unsupported", "ip-start: netfilter link: invalid argument"},
+		{"not in the guest image", "promtool (host-only tool; the host suites run this test)"},
+	} {
+		if kind, reason := run.Tests[1+i].SkipKind(); kind != want[0] || reason != want[1] {
+			t.Errorf("%s: skip kind %q, reason %q; want %q", run.Tests[1+i].Name, kind, reason, want)
+		}
+	}
+	if _, ok := run.Tests[2].NotInGuest(); ok {
+		t.Error("an unsupported skip counted as not in the guest image")
+	}
+	if got := run.Tests[4].Messages; len(got) != 1 || got[0] != "d_test.go:20: got 3 packets, want 4" {
 		t.Errorf("failure messages %q", got)
 	}
 }
