@@ -297,7 +297,11 @@ static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool 
 	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
 	if (c || !create)
 		return c;
+	/* User space reads the table while programs run: an entry is inserted
+	 * complete, never seen without its addresses and state. */
 	struct conn fresh = { .cookie = cookie, .flags = flags };
+	refresh(&fresh, sk);
+	read_tuple(&fresh, sk);
 	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: another CPU created it first */) {
 		count_drop(DROP_MAP_FULL);

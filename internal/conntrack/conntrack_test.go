@@ -249,12 +249,12 @@ func TestPreexistingConnection(t *testing.T) {
 	if _, err := io.WriteString(send, msg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, tr, func(h *history) bool {
+	h := poll(t, tr, func(h *history) bool {
 		rs = find(h.last.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(local) && r.RemotePort == uint16(port) })
 		return len(rs) != 1 || rs[0].BytesOut == uint64(len(msg))
 	})
 	if len(rs) != 1 || !rs[0].Partial || rs[0].Event != conn.Update || rs[0].PID != uint32(cmd.Process.Pid) {
-		t.Errorf("after sending: %s", dump(rs))
+		t.Errorf("after sending: %s; the whole snapshot:\n%s", dump(rs), dump(h.last.Records))
 	}
 }
 

@@ -250,6 +250,12 @@ func poll(t *testing.T, tr *Tracker, done func(*history) bool) *history {
 		h.last = s
 		h.snapshots++
 		for _, r := range s.Records {
+			// The kernel's tables are read while programs write them: an
+			// entry caught before its socket's details were filled in
+			// would hide its connection for a refresh.
+			if r.Proto == "tcp" && r.State == stateName(0) {
+				t.Errorf("half-built entry in a snapshot: %+v", r)
+			}
 			h.seen = append(h.seen, r)
 			if r.Event == conn.Closed {
 				h.closed = append(h.closed, r)

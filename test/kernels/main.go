@@ -39,6 +39,7 @@ type config struct {
 	packages      []string
 	run           string
 	parallel      int
+	retries       int
 	kernelTimeout time.Duration
 	suiteTimeout  time.Duration
 	memory        string
@@ -70,6 +71,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&packages, "packages", "", "comma-separated packages to test; default every package whose tests use internal/testenv")
 	fs.StringVar(&cfg.run, "run", "", "only tests matching this regexp (go test -run)")
 	fs.IntVar(&cfg.parallel, "parallel", 2, "guests booted at once")
+	fs.IntVar(&cfg.retries, "retries", 1, "boots again a guest that died of an infrastructure fault (kernel never reached init, "+
+		"TCG tripping over live code patching) up to this many times; failed tests are never retried")
 	fs.DurationVar(&cfg.kernelTimeout, "timeout", 10*time.Minute, "limit for one guest from power-on to power-off")
 	fs.DurationVar(&cfg.suiteTimeout, "suite-timeout", 5*time.Minute, "limit for one suite binary in a guest")
 	fs.StringVar(&cfg.memory, "memory", "1G", "guest memory")
@@ -106,6 +109,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.parallel < 1 {
 		return cfg, fmt.Errorf("invalid -parallel %d: must be at least 1", cfg.parallel)
+	}
+	if cfg.retries < 0 {
+		return cfg, fmt.Errorf("invalid -retries %d: must be 0 or more", cfg.retries)
 	}
 	if cfg.suiteTimeout >= cfg.kernelTimeout {
 		return cfg, fmt.Errorf("invalid -suite-timeout %s: must be shorter than -timeout %s", cfg.suiteTimeout, cfg.kernelTimeout)
@@ -145,10 +151,11 @@ func main() {
 
 // outcome is one kernel's run, for the summary and KERNELS.md.
 type outcome struct {
-	kernel debian.Kernel
-	img    *debian.Image
-	res    *bootResult
-	err    error // the guest could not even be booted
+	kernel  debian.Kernel
+	img     *debian.Image
+	res     *bootResult // the last boot
+	retried []attempt   // earlier boots that died of an infrastructure fault
+	err     error       // the guest could not even be booted
 }
 
 func run(ctx context.Context, cfg config) (bool, error) {
@@ -166,10 +173,11 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ok := false
+	ok, retried := false, false
 	defer func() {
-		// Console logs of failed guests are what a person needs next.
-		if cfg.keep || !ok {
+		// Console logs of failed guests, and of boots that were retried,
+		// are what a person needs next.
+		if cfg.keep || !ok || retried {
 			log.Info("kept work directory (initramfs, console logs)", "dir", work)
 		} else {
 			os.RemoveAll(work)
@@ -202,6 +210,9 @@ func run(ctx context.Context, cfg config) (bool, error) {
 	wg.Wait()
 
 	ok = report(os.Stdout, cfg, outcomes)
+	for _, o := range outcomes {
+		retried = retried || len(o.retried) > 0
+	}
 	if cfg.kernelsMD != "" {
 		if err := writeKernelsMD(ctx, cfg, a, outcomes); err != nil {
 			return false, err
@@ -227,8 +238,13 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 		o.err = fmt.Errorf("initramfs: %w", err)
 		return o
 	}
-	log.Info("booting", "kernel", k.Name, "release", o.img.Release)
-	o.res, o.err = boot(ctx, o.img, initrd, filepath.Join(work, "console-"+k.Name+".log"), cfg, tee)
+	o.res, o.retried, o.err = bootRetrying(cfg, func(n int) (*bootResult, error) {
+		log.Info("booting", "kernel", k.Name, "release", o.img.Release, "attempt", n)
+		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), cfg, tee)
+	}, func(a attempt) {
+		log.Warn("guest died of an infrastructure fault, booting it again", "kernel", k.Name,
+			"fault", a.fault, "console", a.res.Log)
+	})
 	return o
 }
 
@@ -250,8 +266,13 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		if o.res.BootSeconds > 0 {
 			booted = fmt.Sprintf("booted in %.1fs", o.res.BootSeconds)
 		}
-		fmt.Fprintf(w, "%s kernel %s (%s, %.1f MB of packages): %s, guest ran %s\n", status, o.kernel.Name,
-			o.img.Release, float64(o.img.DebBytes)/1e6, booted, o.res.Wall.Round(100*time.Millisecond))
+		fmt.Fprintf(w, "%s kernel %s (%s, %.1f MB of packages): %s, guest ran %s%s\n", status, o.kernel.Name,
+			o.img.Release, float64(o.img.DebBytes)/1e6, booted, o.res.Wall.Round(100*time.Millisecond), attemptNote(o))
+		for i, a := range o.retried {
+			fmt.Fprintf(w, "  attempt %d: infrastructure fault after %s, booted again: %s\n", i+1,
+				a.res.Wall.Round(100*time.Millisecond), a.fault)
+			fmt.Fprintf(w, "    console log: %s\n", a.res.Log)
+		}
 		for _, u := range o.res.Unsupported {
 			fmt.Fprintf(w, "  backend %s: unsupported: %s\n", u.Backend, u.Reason)
 		}
@@ -271,12 +292,23 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		for _, p := range problems {
 			fmt.Fprintf(w, "  problem: %s\n", p)
 		}
+		if fault := infrastructureFault(o.res, cfg.kernelTimeout); fault != "" {
+			fmt.Fprintf(w, "  infrastructure fault, no retry left (-retries %d): %s\n", cfg.retries, fault)
+		}
 		if len(problems) > 0 {
 			fmt.Fprintf(w, "  console log: %s\n", o.res.Log)
 			tail(w, o.res)
 		}
 	}
 	return ok
+}
+
+// attemptNote says which boot the result is from, when it is not the first.
+func attemptNote(o outcome) string {
+	if len(o.retried) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (attempt %d)", len(o.retried)+1)
 }
 
 func summarize(r *protocol.Run) string {
@@ -322,8 +354,12 @@ func writeKernelsMD(ctx context.Context, cfg config, a *artifacts, outcomes []ou
 			return fmt.Errorf("not writing %s: kernel %s gave no doctor report", cfg.kernelsMD, o.kernel.Name)
 		}
 		res := o.res.Result
-		cols = append(cols, kernelsmd.Column{Name: o.kernel.Name, Suite: o.kernel.Suite, Boot: res.BootSeconds,
-			Doctor: res.Doctor, Result: &res})
+		col := kernelsmd.Column{Name: o.kernel.Name, Suite: o.kernel.Suite, Boot: res.BootSeconds,
+			Doctor: res.Doctor, Result: &res}
+		for _, a := range o.retried {
+			col.Retried = append(col.Retried, a.fault)
+		}
+		cols = append(cols, col)
 	}
 	host, err := exec.CommandContext(ctx, a.stacktop, "doctor", "--format", "json").Output()
 	if err != nil {

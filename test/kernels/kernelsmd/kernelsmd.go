@@ -21,6 +21,9 @@ type Column struct {
 	Boot   float64 // guest seconds from power-on to init, 0 for the host
 	Doctor json.RawMessage
 	Result *protocol.Result // nil for the host: its suites run outside the matrix
+	// Retried lists why earlier boots of this kernel died of an
+	// infrastructure fault and were booted again; Result is the last boot.
+	Retried []string
 }
 
 // notes numbers distinct refusal reasons so table cells stay short.
@@ -68,6 +71,7 @@ func Write(w io.Writer, command string, cols []Column) error {
 	writeFeatures(w, cols, docs)
 	writeHooks(w, cols, docs)
 	writeSuites(w, cols)
+	writeRetried(w, cols)
 	return nil
 }
 
@@ -226,4 +230,22 @@ func writeSuites(w io.Writer, cols []Column) {
 		}
 	}
 	n.write(w)
+}
+
+// writeRetried lists the boots the runner repeated, so that a fault of the
+// emulator or of the boot is on record even when the repeat passed.
+func writeRetried(w io.Writer, cols []Column) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "## Guest boots that were retried")
+	fmt.Fprintln(w)
+	none := true
+	for _, c := range cols {
+		for i, fault := range c.Retried {
+			fmt.Fprintf(w, "- %s, attempt %d: %s\n", c.Name, i+1, fault)
+			none = false
+		}
+	}
+	if none {
+		fmt.Fprintln(w, "None: every guest ran its plan on its first boot.")
+	}
 }

@@ -28,7 +28,8 @@ func TestWriteTables(t *testing.T) {
 		}}},
 	}
 	cols := []Column{
-		{Name: "6.1", Suite: "bookworm", Boot: 3.44, Doctor: json.RawMessage(doctor61), Result: res},
+		{Name: "6.1", Suite: "bookworm", Boot: 3.44, Doctor: json.RawMessage(doctor61), Result: res,
+			Retried: []string{"stray int3 trap from the kernel's live code patching under TCG: [ 12.5] Oops: int3: 0000 [#1]"}},
 		{Name: "host", Doctor: json.RawMessage(doctorHost)},
 	}
 	var b strings.Builder
@@ -56,6 +57,8 @@ func TestWriteTables(t *testing.T) {
 		"- [2] auto chose fentry for all 2 hooks",
 		"- [3] unsupported: no netfilter link",
 		"- [4] not in the guest image: tmux (host-only tool)",
+		"## Guest boots that were retried",
+		"- 6.1, attempt 1: stray int3 trap from the kernel's live code patching under TCG: [ 12.5] Oops: int3: 0000 [#1]",
 	} {
 		if !strings.Contains(out, line+"\n") {
 			t.Errorf("missing line %q in\n%s", line, out)
@@ -68,7 +71,7 @@ func TestWriteWithoutHookChoices(t *testing.T) {
 	if err := Write(&b, "cmd", []Column{{Name: "host", Doctor: json.RawMessage(`{"kernel":"6.18.0","probes":[]}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "reports no per-hook choices yet") {
+	if !strings.Contains(b.String(), "reports no per-hook choices yet") || !strings.Contains(b.String(), "None: every guest ran its plan on its first boot.") {
 		t.Errorf("output\n%s", b.String())
 	}
 }

@@ -80,14 +80,24 @@ type Result struct {
 	Runs        []*Run
 	Failures    []string // guest-level failures: malformed markers, init errors, panics
 	Panic       string   // first kernel panic/oops line
+	// PanicReport is the console from Panic on (at most maxPanicReport
+	// lines): the oops's trap, registers and call trace, which tell an
+	// emulator fault from a kernel bug our programs hit.
+	PanicReport []string
 	Done        bool
 }
 
 var (
 	testStart  = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
 	testResult = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+)`)
-	panicLine  = regexp.MustCompile(`Kernel panic - not syncing|BUG: |Oops: |general protection fault`)
+	// Before 6.11 an unexpected breakpoint oopses as "int3: 0000 [#1]",
+	// without "Oops: ".
+	panicLine = regexp.MustCompile(`Kernel panic - not syncing|BUG: |Oops: |general protection fault|\bint3: [0-9a-f]{4} \[#\d+\]`)
 )
+
+// maxPanicReport bounds PanicReport: an oops with its trace, registers and
+// the panic that follows is 50–100 lines.
+const maxPanicReport = 120
 
 // Collector turns console lines into a Result.
 type Collector struct {
@@ -99,6 +109,9 @@ type Collector struct {
 func (c *Collector) Line(line string) {
 	if c.Result.Panic == "" && panicLine.MatchString(line) {
 		c.Result.Panic = strings.TrimSpace(line)
+	}
+	if c.Result.Panic != "" && len(c.Result.PanicReport) < maxPanicReport {
+		c.Result.PanicReport = append(c.Result.PanicReport, line)
 	}
 	e, ok, err := ParseMarker(line)
 	if err != nil {

@@ -127,3 +127,18 @@ func TestCollectorNoticesPanicsAndMangledMarkers(t *testing.T) {
 		t.Errorf("failures %q", r.Failures)
 	}
 }
+
+// An unexpected breakpoint oopses without "Oops: " before 6.11; the report
+// that follows the first oops line is kept for the host to classify.
+func TestCollectorKeepsThePanicReport(t *testing.T) {
+	r := collect(t, `=== RUN   TestX
+[   40.1] int3: 0000 [#1] SMP NOPTI
+[   40.2] RIP: 0010:inet_sk_state_store+0x13/0x90
+[   40.3] Kernel panic - not syncing: Fatal exception in interrupt
+`)
+	want := []string{"[   40.1] int3: 0000 [#1] SMP NOPTI", "[   40.2] RIP: 0010:inet_sk_state_store+0x13/0x90",
+		"[   40.3] Kernel panic - not syncing: Fatal exception in interrupt"}
+	if r.Panic != want[0] || strings.Join(r.PanicReport, "\n") != strings.Join(want, "\n") {
+		t.Errorf("panic %q, report %q", r.Panic, r.PanicReport)
+	}
+}
