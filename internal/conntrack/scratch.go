@@ -3,21 +3,24 @@ package conntrack
 import (
 	"bytes"
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"slices"
 
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
-// scratch is what Snapshot rebuilds every refresh, kept between calls so
-// that a refresh allocates little more than the records it returns: at
-// 10,000 connections, allocating these anew each second (and collecting
-// them) cost more CPU than reading the kernel's tables.
+// scratch is what Snapshot keeps between calls: what the last refresh
+// reported, and buffers it reuses so that a refresh allocates little more
+// than the records it returns. At 10,000 connections, allocating these anew
+// each second (and collecting them) cost more CPU than reading the kernel's
+// tables.
 type scratch struct {
-	refresh  uint64         // count of snapshots taken, marks preexisting sockets seen
-	selected int            // records the last snapshot returned
-	current  map[key]totals // filled by this refresh; swapped with Tracker.previous
-	cookies  []uint64       // the kernel's TCP table
+	refresh  uint64               // count of snapshots taken, marks what each saw
+	selected int                  // records the last snapshot returned
+	tcp      ledger[uint64]       // TCP sockets by cookie
+	udp      ledger[connsFlowKey] // UDP flows by socket cookie and tuple
+	cookies  []uint64             // the kernel's TCP table
 	conns    []connsConn
 	flowKeys []connsFlowKey // the kernel's UDP table
 	flows    []connsFlow
@@ -55,11 +58,40 @@ func (s *scratch) comm(c [16]int8) string {
 // begin starts a refresh: the per-refresh sets are emptied, their memory kept.
 func (s *scratch) begin() {
 	s.refresh++
-	if s.current == nil {
-		s.current, s.gone = map[key]totals{}, map[uint64]struct{}{}
+	if s.gone == nil {
+		s.tcp, s.udp, s.gone = ledger[uint64]{}, ledger[connsFlowKey]{}, map[uint64]struct{}{}
 	}
-	clear(s.current)
 	clear(s.gone)
+}
+
+type totals struct{ in, out uint64 }
+
+// ledger holds the byte counts each connection had at the last refresh
+// that reported it (for rates, and to tell new from update). Entries are
+// updated in place and swept, rather than rebuilt each refresh: keyed by
+// cookie alone, a TCP socket costs one 8-byte hash.
+type ledger[K comparable] map[K]reported
+
+type reported struct {
+	totals
+	refresh uint64
+}
+
+// report records r's counts for this refresh (a closed connection is
+// forgotten) and returns what the previous refresh had, if it saw k.
+func (h ledger[K]) report(k K, r *conn.Record, closed bool, refresh uint64) (totals, bool) {
+	prev, seen := h[k]
+	if closed {
+		delete(h, k)
+	} else {
+		h[k] = reported{totals{r.BytesIn, r.BytesOut}, refresh}
+	}
+	return prev.totals, seen
+}
+
+// forget drops the connections this refresh did not report.
+func (h ledger[K]) forget(refresh uint64) {
+	maps.DeleteFunc(h, func(_ K, r reported) bool { return r.refresh != refresh })
 }
 
 // sort puts records in tuple order (see sortKey), in place. Each record's

@@ -125,16 +125,9 @@ type Tracker struct {
 
 	mu          sync.Mutex
 	preexisting map[uint64]*preexisting // by socket cookie, until they close
-	previous    map[key]totals          // what the last snapshot reported
 	last        time.Time
-	scratch     scratch
+	scratch     scratch // what the last snapshot reported, and buffers
 }
-
-// key identifies a connection across snapshots: a TCP socket by its cookie
-// alone, a UDP flow by its full key.
-type key = connsFlowKey
-
-type totals struct{ in, out uint64 }
 
 // Open loads and attaches the connection hooks and lists the connections
 // that already exist. Close it to detach.
@@ -148,7 +141,7 @@ func Open(cfg Config) (*Tracker, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
-	t := &Tracker{cfg: cfg, previous: map[key]totals{}}
+	t := &Tracker{cfg: cfg}
 	if err := t.open(); err != nil {
 		t.Close()
 		return nil, err
@@ -251,8 +244,7 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	// Sized for as many records as the last refresh had, so that appending
 	// them does not copy them over and over.
 	snap := conn.Snapshot{Time: now, Records: make([]conn.Record, 0, s.selected+s.selected/8)}
-	emit := func(k key, r *conn.Record, closed bool) {
-		prev, seen := t.previous[k]
+	emit := func(r *conn.Record, prev totals, seen, closed bool) {
 		r.TS = now
 		switch {
 		case closed:
@@ -265,9 +257,6 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 		if elapsed > 0 {
 			r.RateIn = float64(r.BytesIn-min(prev.in, r.BytesIn)) / elapsed
 			r.RateOut = float64(r.BytesOut-min(prev.out, r.BytesOut)) / elapsed
-		}
-		if !closed {
-			s.current[k] = totals{r.BytesIn, r.BytesOut}
 		}
 		if t.cfg.Filter.Match(r) {
 			snap.Records = append(snap.Records, *r)
@@ -288,7 +277,8 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 		r := t.tcpRecord(c)
 		s.gone[c.Cookie] = struct{}{}
 		delete(t.preexisting, c.Cookie)
-		emit(key{Cookie: c.Cookie}, &r, true)
+		prev, seen := s.tcp.report(c.Cookie, &r, true, s.refresh)
+		emit(&r, prev, seen, true)
 	}
 	for i := range s.conns {
 		c := &s.conns[i]
@@ -299,18 +289,21 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 			p.inKernel = s.refresh
 		}
 		r := t.tcpRecord(c)
-		emit(key{Cookie: c.Cookie}, &r, false)
+		prev, seen := s.tcp.report(c.Cookie, &r, false, s.refresh)
+		emit(&r, prev, seen, false)
 	}
 	for cookie, p := range t.preexisting {
 		if p.inKernel != s.refresh {
 			r := p.rec
-			emit(key{Cookie: cookie}, &r, false)
+			prev, seen := s.tcp.report(cookie, &r, false, s.refresh)
+			emit(&r, prev, seen, false)
 		}
 	}
 	if err := t.udpFlows(emit); err != nil {
 		return snap, err
 	}
-	t.previous, s.current = s.current, t.previous
+	s.tcp.forget(s.refresh)
+	s.udp.forget(s.refresh)
 	s.selected = len(snap.Records)
 	s.sort(snap.Records)
 	snap.Lost, snap.MapFull, err = t.drops()
@@ -352,7 +345,7 @@ func decodeInto[T any](v *T, raw []byte) bool {
 
 // udpFlows reports every UDP flow; flows idle longer than UDPIdle are
 // reported closed and removed from the kernel's map.
-func (t *Tracker) udpFlows(emit func(key, *conn.Record, bool)) error {
+func (t *Tracker) udpFlows(emit func(*conn.Record, totals, bool, bool)) error {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil { // bpf_ktime_get_ns's clock
 		return err
@@ -371,7 +364,8 @@ func (t *Tracker) udpFlows(emit func(key, *conn.Record, bool)) error {
 			expired = append(expired, k)
 		}
 		r := t.udpRecord(&k, f)
-		emit(k, &r, idle)
+		prev, seen := s.udp.report(k, &r, idle, s.refresh)
+		emit(&r, prev, seen, idle)
 	}
 	for _, k := range expired {
 		if err := t.objs.Flows.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
