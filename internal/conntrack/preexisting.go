@@ -28,6 +28,9 @@ import (
 type preexisting struct {
 	rec    conn.Record // Event, TS and rates are set per snapshot
 	cookie uint64
+	// inKernel is the last refresh (scratch.refresh) in which the kernel's
+	// table had an entry for the socket, which then reports it instead.
+	inKernel uint64
 }
 
 // listPreexisting enumerates the TCP sockets of every network namespace it

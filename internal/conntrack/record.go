@@ -45,17 +45,6 @@ func familyOf(a netip.Addr) int {
 	return 6
 }
 
-func comm(c [16]int8) string {
-	b := make([]byte, 0, len(c))
-	for _, ch := range c {
-		if ch == 0 {
-			break
-		}
-		b = append(b, byte(ch))
-	}
-	return string(b)
-}
-
 // tcpRecord converts a kernel TCP entry; the caller sets event and rates.
 func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 	r := conn.Record{
@@ -105,7 +94,7 @@ func (t *Tracker) udpRecord(k *connsFlowKey, f *connsFlow) conn.Record {
 // setOwner fills the owner fields; cgroupID stands in for the owner's
 // cgroup while the owner is not known yet.
 func (t *Tracker) setOwner(r *conn.Record, o *connsOwner, cgroupID uint64) {
-	r.PID, r.Comm, r.Netns = o.Pid, comm(o.Comm), o.Netns
+	r.PID, r.Comm, r.Netns = o.Pid, t.scratch.comm(o.Comm), o.Netns
 	if o.CgroupId != 0 {
 		cgroupID = o.CgroupId
 	}

@@ -5,15 +5,13 @@
 package conntrack
 
 import (
-	"bytes"
-	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -129,15 +127,9 @@ type Tracker struct {
 
 	mu          sync.Mutex
 	preexisting map[uint64]*preexisting // by socket cookie, until they close
-	previous    map[key]totals          // what the last snapshot reported
 	last        time.Time
+	scratch     scratch // what the last snapshot reported, and buffers
 }
-
-// key identifies a connection across snapshots: a TCP socket by its cookie
-// alone, a UDP flow by its full key.
-type key = connsFlowKey
-
-type totals struct{ in, out uint64 }
 
 // Open loads and attaches the connection hooks and lists the connections
 // that already exist. Close it to detach.
@@ -151,7 +143,7 @@ func Open(cfg Config) (*Tracker, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
-	t := &Tracker{cfg: cfg, previous: map[key]totals{}}
+	t := &Tracker{cfg: cfg}
 	if err := t.open(); err != nil {
 		t.Close()
 		return nil, err
@@ -247,10 +239,12 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	now := time.Now()
 	elapsed := now.Sub(t.last).Seconds()
 	t.last = now
-	current := map[key]totals{}
-	snap := conn.Snapshot{Time: now}
-	emit := func(k key, r conn.Record, closed bool) {
-		prev, seen := t.previous[k]
+	s := &t.scratch
+	s.begin()
+	// Sized for as many records as the last refresh had, so that appending
+	// them does not copy them over and over.
+	snap := conn.Snapshot{Time: now, Records: make([]conn.Record, 0, s.selected+s.selected/8)}
+	emit := func(r *conn.Record, prev totals, seen, closed bool) {
 		r.TS = now
 		switch {
 		case closed:
@@ -264,54 +258,60 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 			r.RateIn = float64(r.BytesIn-min(prev.in, r.BytesIn)) / elapsed
 			r.RateOut = float64(r.BytesOut-min(prev.out, r.BytesOut)) / elapsed
 		}
-		if !closed {
-			current[k] = totals{r.BytesIn, r.BytesOut}
-		}
-		if t.cfg.Filter.Match(&r) {
-			snap.Records = append(snap.Records, r)
+		if t.cfg.Filter.Match(r) {
+			snap.Records = append(snap.Records, *r)
 		}
 	}
 
 	// Live entries first, then the closed events: a connection that closes
 	// in between is then reported closed, not lost for one refresh.
-	live := map[uint64]conn.Record{}
-	cookies, conns, err := readAll[uint64, connsConn](t.objs.Conns)
-	if err != nil {
+	var err error
+	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
 	}
-	for i, cookie := range cookies {
-		live[cookie] = t.tcpRecord(&conns[i])
-	}
-	closed, err := t.drainClosed()
-	if err != nil {
+	if s.closed, err = t.drainClosed(s.closed[:0]); err != nil {
 		return snap, err
 	}
-	for _, c := range closed {
-		r := t.tcpRecord(&c)
-		delete(live, c.Cookie)
+	for i := range s.closed {
+		c := &s.closed[i]
+		r := t.tcpRecord(c)
+		s.gone[c.Cookie] = struct{}{}
 		delete(t.preexisting, c.Cookie)
-		emit(key{Cookie: c.Cookie}, r, true)
+		prev, seen := s.tcp.report(c.Cookie, &r, true, s.refresh)
+		emit(&r, prev, seen, true)
 	}
-	for cookie, r := range live {
-		emit(key{Cookie: cookie}, r, false)
+	for i := range s.conns {
+		c := &s.conns[i]
+		if _, closed := s.gone[c.Cookie]; closed {
+			continue
+		}
+		if p := t.preexisting[c.Cookie]; p != nil {
+			p.inKernel = s.refresh
+		}
+		r := t.tcpRecord(c)
+		prev, seen := s.tcp.report(c.Cookie, &r, false, s.refresh)
+		emit(&r, prev, seen, false)
 	}
 	for cookie, p := range t.preexisting {
-		if _, ok := live[cookie]; !ok {
-			emit(key{Cookie: cookie}, p.rec, false)
+		if p.inKernel != s.refresh {
+			r := p.rec
+			prev, seen := s.tcp.report(cookie, &r, false, s.refresh)
+			emit(&r, prev, seen, false)
 		}
 	}
 	if err := t.udpFlows(emit); err != nil {
 		return snap, err
 	}
-	t.previous = current
-	slices.SortFunc(snap.Records, byTuple)
+	s.tcp.forget(s.refresh)
+	s.udp.forget(s.refresh)
+	s.selected = len(snap.Records)
+	s.sort(snap.Records)
 	snap.Lost, snap.MapFull, err = t.drops()
 	return snap, err
 }
 
-// drainClosed reads every closed-connection event queued so far.
-func (t *Tracker) drainClosed() ([]connsConn, error) {
-	var out []connsConn
+// drainClosed appends every closed-connection event queued so far to out.
+func (t *Tracker) drainClosed(out []connsConn) ([]connsConn, error) {
 	t.events.SetDeadline(time.Now())
 	var rec ringbuf.Record
 	for {
@@ -323,33 +323,49 @@ func (t *Tracker) drainClosed() ([]connsConn, error) {
 			return out, fmt.Errorf("reading closed connections: %w", err)
 		}
 		var c connsConn
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &c); err != nil {
-			return out, fmt.Errorf("decoding closed connection: %w", err)
+		// The kernel wrote the struct in this machine's layout: copy its
+		// bytes rather than decode field by field with reflection.
+		if !decodeInto(&c, rec.RawSample) {
+			return out, fmt.Errorf("decoding closed connection: %d bytes, want %d", len(rec.RawSample), unsafe.Sizeof(c))
 		}
 		out = append(out, c)
 	}
 }
 
+// decodeInto copies a sample that the kernel wrote in this machine's layout
+// into v; false if the sample is too short to be one.
+func decodeInto[T any](v *T, raw []byte) bool {
+	size := int(unsafe.Sizeof(*v))
+	if len(raw) < size {
+		return false
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(v)), size), raw)
+	return true
+}
+
 // udpFlows reports every UDP flow; flows idle longer than UDPIdle are
 // reported closed and removed from the kernel's map.
-func (t *Tracker) udpFlows(emit func(key, conn.Record, bool)) error {
+func (t *Tracker) udpFlows(emit func(*conn.Record, totals, bool, bool)) error {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil { // bpf_ktime_get_ns's clock
 		return err
 	}
 	nowNS := uint64(ts.Nano())
-	keys, flows, err := readAll[connsFlowKey, connsFlow](t.objs.Flows)
-	if err != nil {
+	s := &t.scratch
+	var err error
+	if s.flowKeys, s.flows, err = readAll(t.objs.Flows, s.flowKeys, s.flows); err != nil {
 		return fmt.Errorf("reading UDP flows: %w", err)
 	}
 	var expired []connsFlowKey
-	for i, k := range keys {
-		f := &flows[i]
+	for i, k := range s.flowKeys {
+		f := &s.flows[i]
 		idle := nowNS > f.LastNs && time.Duration(nowNS-f.LastNs) > t.cfg.UDPIdle
 		if idle {
 			expired = append(expired, k)
 		}
-		emit(k, t.udpRecord(&k, f), idle)
+		r := t.udpRecord(&k, f)
+		prev, seen := s.udp.report(k, &r, idle, s.refresh)
+		emit(&r, prev, seen, idle)
 	}
 	for _, k := range expired {
 		if err := t.objs.Flows.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -359,24 +375,23 @@ func (t *Tracker) udpFlows(emit func(key, conn.Record, bool)) error {
 	return nil
 }
 
-// readAll reads every entry of a hash map with batch lookups. They walk the
-// map bucket by bucket and, unlike key-by-key iteration, neither restart nor
-// abort when entries are deleted meanwhile — and connections close all the
-// time.
-func readAll[K, V any](m *ebpf.Map) ([]K, []V, error) {
+// readAll reads every entry of a hash map with batch lookups into keys and
+// values, reusing their memory. Batch lookups walk the map bucket by bucket
+// and, unlike key-by-key iteration, neither restart nor abort when entries
+// are deleted meanwhile — and connections close all the time.
+func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
 	const chunk = 4096 // far more than one hash bucket ever holds
-	var keys []K
-	var values []V
+	keys, values = keys[:0], values[:0]
 	var cursor ebpf.MapBatchCursor
-	k, v := make([]K, chunk), make([]V, chunk)
 	for {
-		n, err := m.BatchLookup(&cursor, k, v, nil)
-		keys, values = append(keys, k[:n]...), append(values, v[:n]...)
+		keys, values = slices.Grow(keys, chunk), slices.Grow(values, chunk)
+		n, err := m.BatchLookup(&cursor, keys[len(keys):len(keys)+chunk], values[len(values):len(values)+chunk], nil)
+		keys, values = keys[:len(keys)+n], values[:len(values)+n]
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return keys, values, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return keys[:0], values[:0], err
 		}
 	}
 }
@@ -414,14 +429,4 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	// keeps a kernel that skips runs without counting them from wrapping.
 	uncovered -= min(uncovered, sums[dropCovered])
 	return sums[dropLost] + uncovered, sums[dropMapFull], nil
-}
-
-// byTuple orders records the same way every refresh: by protocol, then
-// local and remote address and port.
-func byTuple(a, b conn.Record) int {
-	return cmp.Or(
-		cmp.Compare(a.Proto, b.Proto),
-		a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),
-		a.RemoteAddr.Compare(b.RemoteAddr), cmp.Compare(a.RemotePort, b.RemotePort),
-		cmp.Compare(a.Netns, b.Netns))
 }

@@ -3,7 +3,6 @@
 package output
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -23,7 +22,7 @@ var Formats = []string{"text", "json", "csv"}
 func New(format string, w io.Writer) Writer {
 	switch format {
 	case "json":
-		return &JSON{enc: json.NewEncoder(w)}
+		return &JSON{w: w}
 	case "csv":
 		return NewCSV(w, true)
 	default:
@@ -115,26 +114,3 @@ func Bytes(n uint64) string {
 
 // Rate renders bytes per second.
 func Rate(bps float64) string { return Bytes(uint64(bps+0.5)) + "/s" }
-
-// JSON writes one conn.Record object per line, then one summary object per
-// refresh: {"ts":…,"event":"summary","connections":N,"lost":N,"map_full":N}.
-type JSON struct{ enc *json.Encoder }
-
-// Summary is the per-refresh JSON object carrying the loss counters.
-type Summary struct {
-	TS          string `json:"ts"`
-	Event       string `json:"event"` // always "summary"
-	Connections int    `json:"connections"`
-	Lost        uint64 `json:"lost"`
-	MapFull     uint64 `json:"map_full"`
-}
-
-func (j *JSON) Write(s conn.Snapshot) error {
-	for i := range s.Records {
-		if err := j.enc.Encode(&s.Records[i]); err != nil {
-			return err
-		}
-	}
-	return j.enc.Encode(Summary{TS: s.Time.Format(timeFormat), Event: "summary",
-		Connections: len(s.Records), Lost: s.Lost, MapFull: s.MapFull})
-}
