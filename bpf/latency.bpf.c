@@ -91,6 +91,17 @@ struct {
 	__type(value, struct hist_value);
 } hists SEC(".maps");
 
+/*
+ * The histograms when nothing is grouped, one per hook: found by index, not
+ * by hashing a key and walking a bucket, on every recorded packet.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_HOOKS);
+	__type(key, __u32);
+	__type(value, struct hist_value);
+} hook_hists SEC(".maps");
+
 /* Never written: the initial value of a new histogram (too big for the stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -294,9 +305,34 @@ static __always_inline __u32 slot_of(__u64 v)
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
-static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+/* hist_of finds, or makes, the histogram a sample of hook belongs to. */
+static __always_inline struct hist_value *hist_of(__u32 hook, const struct stamp *s, __u64 cgroup)
 {
 	struct hist_key key = { .hook = hook };
+	struct hist_value *h, *empty;
+	__u32 zero = 0;
+
+	if (!group_by_ifindex && !group_by_cgroup)
+		return bpf_map_lookup_elem(&hook_hists, &hook);
+	if (group_by_ifindex)
+		key.ifindex = s->ifindex;
+	if (group_by_cgroup)
+		key.cgroup = cgroup;
+	h = bpf_map_lookup_elem(&hists, &key);
+	if (h)
+		return h;
+	empty = bpf_map_lookup_elem(&empty_hist, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&hists, &key, empty, BPF_NOEXIST);
+	h = bpf_map_lookup_elem(&hists, &key);
+	if (!h)
+		count(hook, REASON_HIST_FULL);
+	return h;
+}
+
+static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+{
 	struct hist_value *h;
 	__s64 now, lat;
 
@@ -310,25 +346,9 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 		return;
 	}
 	lat = now - s->tstamp;
-
-	if (group_by_ifindex)
-		key.ifindex = s->ifindex;
-	if (group_by_cgroup)
-		key.cgroup = cgroup;
-	h = bpf_map_lookup_elem(&hists, &key);
-	if (!h) {
-		__u32 zero = 0;
-		struct hist_value *empty = bpf_map_lookup_elem(&empty_hist, &zero);
-
-		if (!empty)
-			return;
-		bpf_map_update_elem(&hists, &key, empty, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&hists, &key);
-		if (!h) {
-			count(hook, REASON_HIST_FULL);
-			return;
-		}
-	}
+	h = hist_of(hook, s, cgroup);
+	if (!h)
+		return;
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
 	count(hook, REASON_RECORDED);

@@ -90,6 +90,7 @@ const (
 	latencyMapEmptyHist                   = "empty_hist"
 	latencyMapHists                       = "hists"
 	latencyMapHookBackends                = "hook_backends"
+	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
 	latencyMapTcpEnqueuedTails            = "tcp_enqueued_tails"
@@ -193,6 +194,7 @@ type latencyMapSpecs struct {
 	EmptyHist        *ebpf.MapSpec `ebpf:"empty_hist"`
 	Hists            *ebpf.MapSpec `ebpf:"hists"`
 	HookBackends     *ebpf.MapSpec `ebpf:"hook_backends"`
+	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
 	TcpEnqueuedTails *ebpf.MapSpec `ebpf:"tcp_enqueued_tails"`
@@ -244,6 +246,7 @@ type latencyMaps struct {
 	EmptyHist        *ebpf.Map `ebpf:"empty_hist"`
 	Hists            *ebpf.Map `ebpf:"hists"`
 	HookBackends     *ebpf.Map `ebpf:"hook_backends"`
+	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
 	TcpEnqueuedTails *ebpf.Map `ebpf:"tcp_enqueued_tails"`
@@ -261,6 +264,7 @@ func (m *latencyMaps) Close() error {
 		m.EmptyHist,
 		m.Hists,
 		m.HookBackends,
+		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
 		m.TcpEnqueuedTails,
