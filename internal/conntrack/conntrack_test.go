@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -99,6 +100,12 @@ func TestTCPExactBytes(t *testing.T) {
 
 // TestShortLivedConnections: 500 connections that each carry 1 KiB and close
 // between two snapshots are all reported closed with exact totals.
+//
+// In an emulated guest (the kernel matrix under qemu TCG) programs run so
+// slowly that they are often preempted, and every copy of a program can be
+// busy on a CPU at once (see claim() in bpf/conns.bpf.c): the kernel then
+// skips events. There, and only there, a shortfall is accepted when the
+// tracker reported at least as many lost events as records came out wrong.
 func TestShortLivedConnections(t *testing.T) {
 	const n, size = 500, 1024
 	p := testenv.NewPeer(t, "stc-short", 51)
@@ -112,31 +119,47 @@ func TestShortLivedConnections(t *testing.T) {
 		"STC_RECV=0", "STC_COUNT="+strconv.Itoa(n))
 	isClient := func(r *conn.Record) bool { return r.RemotePort == port && r.RemoteAddr == p.PeerIP4 }
 	isServer := func(r *conn.Record) bool { return r.LocalPort == port && r.State != "LISTEN" }
+	const settle = 30 // snapshots (3 s) for the last closes to arrive when some were lost
 	h := poll(t, tr, func(h *history) bool {
-		return len(find(h.closed, isClient)) >= n && len(find(h.closed, isServer)) >= n
+		complete := len(find(h.closed, isClient)) >= n && len(find(h.closed, isServer)) >= n
+		return complete || (testenv.InGuest() && h.last.Lost > 0 && h.snapshots >= settle)
 	})
 	clients, servers := find(h.closed, isClient), find(h.closed, isServer)
-	if len(clients) != n || len(servers) != n {
-		t.Fatalf("closed events: %d client, %d server; want %d each", len(clients), len(servers), n)
+	var wrong []string
+	for _, side := range []struct {
+		name string
+		got  int
+	}{{"client", len(clients)}, {"server", len(servers)}} {
+		for i := side.got; i < n; i++ {
+			wrong = append(wrong, fmt.Sprintf("%s: closed event %d of %d missing", side.name, i+1, n))
+		}
 	}
 	ports := map[uint16]bool{}
 	for _, r := range clients {
 		ports[r.LocalPort] = true
 		if r.BytesOut != size || r.BytesIn != 0 {
-			t.Errorf("client %d: bytes in/out %d/%d, want 0/%d", r.LocalPort, r.BytesIn, r.BytesOut, size)
+			wrong = append(wrong, fmt.Sprintf("client %d: bytes in/out %d/%d, want 0/%d", r.LocalPort, r.BytesIn, r.BytesOut, size))
 		}
 	}
 	for _, r := range servers {
 		if r.BytesIn != size || r.BytesOut != 0 {
-			t.Errorf("server side of %d: bytes in/out %d/%d, want %d/0", r.RemotePort, r.BytesIn, r.BytesOut, size)
+			wrong = append(wrong, fmt.Sprintf("server side of %d: bytes in/out %d/%d, want %d/0", r.RemotePort, r.BytesIn, r.BytesOut, size))
 		}
 	}
-	t.Logf("%d snapshots after the client finished", h.snapshots)
-	if len(ports) != n {
-		t.Errorf("%d distinct client connections, want %d (a connection was reported twice)", len(ports), n)
+	for i := len(ports); i < len(clients); i++ {
+		wrong = append(wrong, fmt.Sprintf("%d distinct client connections in %d closed events (a connection was reported twice)", len(ports), len(clients)))
 	}
-	if h.last.Lost != 0 || h.last.MapFull != 0 {
-		t.Errorf("lost %d, map full %d; want 0", h.last.Lost, h.last.MapFull)
+	t.Logf("%d snapshots after the client finished; lost %d, map full %d", h.snapshots, h.last.Lost, h.last.MapFull)
+	lost := h.last.Lost
+	if testenv.InGuest() && uint64(len(wrong)) <= lost {
+		t.Logf("emulated guest: %d lost events account for %d wrong records: %q", lost, len(wrong), wrong)
+		lost, wrong = 0, nil
+	}
+	for _, w := range wrong {
+		t.Error(w)
+	}
+	if lost != 0 || h.last.MapFull != 0 {
+		t.Errorf("lost %d, map full %d; want 0", lost, h.last.MapFull)
 	}
 }
 
@@ -257,7 +280,9 @@ func TestRTT(t *testing.T) {
 	if base == 0 {
 		t.Errorf("rtt without queueing = 0, want it measured")
 	}
-	const rate = 500_000 // bytes/s: a full 64 KiB queue adds 130 ms
+	// bytes/s: a full 64 KiB queue adds 650 ms, far above what an emulated
+	// guest on a busy host adds to the RTT without it (up to 45 ms seen).
+	const rate = 100_000
 	tbf := &netlink.Tbf{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: p.HostIndex, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
 		Rate:       rate, Limit: 64 << 10, Buffer: netlink.Xmittime(rate, 16<<10),
@@ -265,10 +290,10 @@ func TestRTT(t *testing.T) {
 	if err := netlink.QdiscAdd(tbf); err != nil {
 		t.Fatalf("adding tbf: %v", err)
 	}
-	r := transfer(256 << 10)
+	r := transfer(128 << 10)
 	t.Logf("rtt behind a %d B/s tbf: %dus", rate, r.RTTus)
-	if r.RTTus <= base+10_000 {
-		t.Errorf("rtt with a tbf queue = %dus, want over 10ms more than without (%dus)", r.RTTus, base)
+	if r.RTTus <= base+100_000 {
+		t.Errorf("rtt with a tbf queue = %dus, want over 100ms more than without (%dus)", r.RTTus, base)
 	}
 }
 

@@ -214,9 +214,9 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 		// A tracing program the kernel skips because it is already running
 		// on that CPU (preempted) misses an event: say so, it explains
 		// bytes that are missing.
-		for _, p := range tr.progs {
-			if s, err := p.Stats(); err == nil && s.RecursionMisses > 0 {
-				t.Logf("program %v missed %d runs", p, s.RecursionMisses)
+		for _, a := range tr.attached {
+			if s, err := a.prog.Stats(); err == nil && s.RecursionMisses > 0 {
+				t.Logf("program %v (copy %d) missed %d runs", a.prog, a.copy, s.RecursionMisses)
 			}
 		}
 		tr.Close()

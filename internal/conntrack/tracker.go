@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -35,8 +34,11 @@ const flagPartial = 1
 
 // Indexes of the drops map (enum drop_counter in bpf/conns.bpf.c).
 const (
-	dropLost    = 0
-	dropMapFull = 1
+	dropLost     = 0
+	dropMapFull  = 1
+	dropDeferred = 2
+	dropCovered  = 3
+	dropCounters = 4
 )
 
 // Capacity of the kernel tables (--max-connections). The default holds
@@ -115,15 +117,15 @@ func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 // Tracker owns the loaded programs and the state needed between snapshots.
 // Its methods are safe for concurrent use.
 type Tracker struct {
-	cfg     Config
-	spec    *ebpf.CollectionSpec
-	objs    connsMaps
-	maps    map[string]*ebpf.Map
-	progs   []*ebpf.Program
-	links   []link.Link
-	choices []features.Choice
-	events  *ringbuf.Reader
-	cgroups *cgroup.Resolver
+	cfg      Config
+	spec     *ebpf.CollectionSpec
+	objs     connsMaps
+	maps     map[string]*ebpf.Map
+	attached []attachment
+	programs uint32 // distinct tracing programs attached (busy masks used)
+	choices  []features.Choice
+	events   *ringbuf.Reader
+	cgroups  *cgroup.Resolver
 
 	mu          sync.Mutex
 	preexisting map[uint64]*preexisting // by socket cookie, until they close
@@ -190,6 +192,7 @@ func (t *Tracker) loadMaps() error {
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
 		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
+		"busy": t.objs.Busy,
 	}
 	return nil
 }
@@ -224,11 +227,8 @@ func (t *Tracker) Choices() []features.Choice { return t.choices }
 // Close detaches every program and frees the maps.
 func (t *Tracker) Close() error {
 	var errs []error
-	for _, l := range t.links {
-		errs = append(errs, l.Close())
-	}
-	for _, p := range t.progs {
-		errs = append(errs, p.Close())
+	for _, a := range t.attached {
+		errs = append(errs, a.close())
 	}
 	if t.events != nil {
 		errs = append(errs, t.events.Close())
@@ -382,34 +382,38 @@ func readAll[K, V any](m *ebpf.Map) ([]K, []V, error) {
 }
 
 // drops reads the loss counters. Lost counts closed-connection events the
-// ring buffer had no room for, and runs of our programs the kernel skipped
-// because the same program was already running on that CPU (interrupted by
-// a softirq that hit the hook again; 5.12+ counts them): each is an event
-// whose bytes, owner or close the tracker never saw.
+// ring buffer had no room for, and events no copy of a tracing program
+// handled: copy 0's runs that the kernel skipped because it was already
+// running on that CPU (5.12+ counts them) or that it deferred while nested,
+// less those another copy covered. Each is an event whose bytes,
+// owner or close the tracker never saw.
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
-	sum := func(idx uint32) (uint64, error) {
+	var sums [dropCounters]uint64
+	for idx := range sums {
 		var perCPU []uint64
-		if err := t.objs.Drops.Lookup(idx, &perCPU); err != nil {
-			return 0, fmt.Errorf("reading drop counters: %w", err)
+		if err := t.objs.Drops.Lookup(uint32(idx), &perCPU); err != nil {
+			return 0, 0, fmt.Errorf("reading drop counters: %w", err)
 		}
-		var n uint64
 		for _, v := range perCPU {
-			n += v
+			sums[idx] += v
 		}
-		return n, nil
 	}
-	if lost, err = sum(dropLost); err != nil {
-		return 0, 0, err
-	}
-	for _, p := range t.progs {
-		s, err := p.Stats()
+	var skipped uint64
+	for _, a := range t.attached {
+		if a.copy > 0 {
+			continue
+		}
+		s, err := a.prog.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading program statistics: %w", err)
 		}
-		lost += s.RecursionMisses
+		skipped += s.RecursionMisses
 	}
-	mapFull, err = sum(dropMapFull)
-	return lost, mapFull, err
+	uncovered := skipped + sums[dropDeferred]
+	// Covered runs are a subset of the skipped and deferred ones; the guard
+	// keeps a kernel that skips runs without counting them from wrapping.
+	uncovered -= min(uncovered, sums[dropCovered])
+	return sums[dropLost] + uncovered, sums[dropMapFull], nil
 }
 
 // byTuple orders records the same way every refresh: by protocol, then
