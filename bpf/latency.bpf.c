@@ -91,6 +91,17 @@ struct {
 	__type(value, struct hist_value);
 } hists SEC(".maps");
 
+/*
+ * The histograms when nothing is grouped, one per hook: found by index, not
+ * by hashing a key and walking a bucket, on every recorded packet.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_HOOKS);
+	__type(key, __u32);
+	__type(value, struct hist_value);
+} hook_hists SEC(".maps");
+
 /* Never written: the initial value of a new histogram (too big for the stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -162,7 +173,6 @@ struct {
 } tcp_reads SEC(".maps");
 
 struct tcp_state {
-	struct stamp last_enqueued; /* receive-queue tail already recorded */
 	__u32 ooo_seen;             /* rcv_ooopack when last looked at */
 	__u32 ooo_end;              /* reads below this sequence may be HOL blocked */
 	__u32 ooo_active;
@@ -193,6 +203,31 @@ struct {
 	__type(key, struct sock_key);
 	__type(value, struct tcp_state);
 } tcp_states_by_sock SEC(".maps");
+
+/*
+ * tcp-socket-enqueued: the receive-queue tail each socket last recorded, so
+ * a sk_data_ready without new data (urgent data, SO_RCVLOWAT) is not counted
+ * twice. A direct-mapped cache indexed by the socket's address rather than
+ * sk_storage: under load each socket's entry is a cold cache line, and
+ * sk_storage touches three (the sock's storage pointer, the storage, the
+ * element), which made up most of tp_sk_data_ready's run time. Two sockets
+ * sharing a slot only weaken the dedup: a wakeup without new data right
+ * after the other socket's enqueue is recorded again.
+ */
+#define ENQUEUED_SLOTS_LOG2 12
+
+struct enqueued_tail {
+	__u64 sk;
+	__u64 skb;
+	__s64 tstamp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << ENQUEUED_SLOTS_LOG2);
+	__type(key, __u32);
+	__type(value, struct enqueued_tail);
+} tcp_enqueued_tails SEC(".maps");
 
 /*
  * udp-socket-read has no tracepoint that sees the datagram being read, so each
@@ -270,9 +305,34 @@ static __always_inline __u32 slot_of(__u64 v)
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
-static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+/* hist_of finds, or makes, the histogram a sample of hook belongs to. */
+static __always_inline struct hist_value *hist_of(__u32 hook, const struct stamp *s, __u64 cgroup)
 {
 	struct hist_key key = { .hook = hook };
+	struct hist_value *h, *empty;
+	__u32 zero = 0;
+
+	if (!group_by_ifindex && !group_by_cgroup)
+		return bpf_map_lookup_elem(&hook_hists, &hook);
+	if (group_by_ifindex)
+		key.ifindex = s->ifindex;
+	if (group_by_cgroup)
+		key.cgroup = cgroup;
+	h = bpf_map_lookup_elem(&hists, &key);
+	if (h)
+		return h;
+	empty = bpf_map_lookup_elem(&empty_hist, &zero);
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&hists, &key, empty, BPF_NOEXIST);
+	h = bpf_map_lookup_elem(&hists, &key);
+	if (!h)
+		count(hook, REASON_HIST_FULL);
+	return h;
+}
+
+static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+{
 	struct hist_value *h;
 	__s64 now, lat;
 
@@ -286,25 +346,9 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 		return;
 	}
 	lat = now - s->tstamp;
-
-	if (group_by_ifindex)
-		key.ifindex = s->ifindex;
-	if (group_by_cgroup)
-		key.cgroup = cgroup;
-	h = bpf_map_lookup_elem(&hists, &key);
-	if (!h) {
-		__u32 zero = 0;
-		struct hist_value *empty = bpf_map_lookup_elem(&empty_hist, &zero);
-
-		if (!empty)
-			return;
-		bpf_map_update_elem(&hists, &key, empty, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&hists, &key);
-		if (!h) {
-			count(hook, REASON_HIST_FULL);
-			return;
-		}
-	}
+	h = hist_of(hook, s, cgroup);
+	if (!h)
+		return;
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
 	count(hook, REASON_RECORDED);
@@ -320,14 +364,14 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
 {
 	s->skb = (__u64)skb;
-	s->tstamp = BPF_CORE_READ(skb, tstamp);
-	s->ifindex = BPF_CORE_READ(skb, skb_iif);
+	s->tstamp = skb->tstamp;
+	s->ifindex = skb->skb_iif;
 	s->skip = 0;
 	if (bpf_core_field_exists(skb->tstamp_type)) {
-		if (BPF_CORE_READ_BITFIELD_PROBED(skb, tstamp_type))
+		if (BPF_CORE_READ_BITFIELD(skb, tstamp_type))
 			s->skip = REASON_DELIVERY_TIME;
 	} else if (bpf_core_field_exists(skb->mono_delivery_time)) {
-		if (BPF_CORE_READ_BITFIELD_PROBED(skb, mono_delivery_time))
+		if (BPF_CORE_READ_BITFIELD(skb, mono_delivery_time))
 			s->skip = REASON_DELIVERY_TIME;
 	}
 	if (!s->skip && s->tstamp <= 0)
@@ -346,13 +390,13 @@ static __always_inline bool netns_allowed(__u32 inum)
 
 static __always_inline __u32 sk_netns(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	return sk->__sk_common.skc_net.net->ns.inum;
 }
 
 /* The namespace of the device an skb arrived on, for hooks without a socket. */
 static __always_inline __u32 skb_netns(struct sk_buff *skb)
 {
-	return BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+	return skb->dev->nd_net.net->ns.inum;
 }
 
 /* Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued. */
@@ -370,7 +414,7 @@ static __always_inline void record_skb(__u32 hook, struct sk_buff *skb, __u32 in
 
 static __always_inline __u32 nf_netns(const struct nf_hook_state *state)
 {
-	return BPF_CORE_READ(state, net, ns.inum);
+	return state->net->ns.inum;
 }
 
 SEC("netfilter")
@@ -389,7 +433,7 @@ int nf_ip_start(struct bpf_nf_ctx *ctx)
 /* l4_protocol returns the transport protocol of an IPv4/IPv6 packet at LOCAL_IN. */
 static __always_inline __u8 l4_protocol(struct sk_buff *skb, __u8 pf)
 {
-	unsigned char *nh = BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, network_header);
+	unsigned char *nh = skb->head + skb->network_header;
 	__u8 proto = 0, ext[2];
 	__u32 off;
 
@@ -419,7 +463,7 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 	struct sk_buff *skb = ctx->skb;
 	__u32 hook;
 
-	switch (l4_protocol(skb, BPF_CORE_READ(state, pf))) {
+	switch (l4_protocol(skb, state->pf)) {
 	case IPPROTO_TCP:
 		hook = HOOK_TCP_START;
 		break;
@@ -438,8 +482,10 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 
 static __always_inline __u32 socket_queue_len(const struct sock *sk, bool udp)
 {
-	__u32 n = BPF_CORE_READ(sk, sk_receive_queue.qlen);
+	__u32 n = sk->sk_receive_queue.qlen;
 
+	/* udp_sock's fields lie past struct sock, beyond what the verifier
+	 * lets a sock pointer load: read them with a probe. */
 	if (udp)
 		n += BPF_CORE_READ((struct udp_sock *)sk, reader_queue.qlen);
 	return n;
@@ -450,7 +496,7 @@ static __always_inline bool queue_long_enough(const struct sock *sk, bool udp)
 	if (!min_queue_len || socket_queue_len(sk, udp) >= min_queue_len)
 		return true;
 	/* The backlog's length is in bytes, not skbs: any backlog passes. */
-	return BPF_CORE_READ(sk, sk_backlog.tail) != NULL;
+	return sk->sk_backlog.tail != NULL;
 }
 
 static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
@@ -489,8 +535,8 @@ static __always_inline struct tcp_state *tcp_state_of(struct sock *sk)
 	if (sk_storage_in_tracing)
 		return bpf_sk_storage_get(&tcp_states, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	key.sk = (__u64)sk;
-	key.dport = BPF_CORE_READ(sk, __sk_common.skc_dport);
-	key.num = BPF_CORE_READ(sk, __sk_common.skc_num);
+	key.dport = sk->__sk_common.skc_dport;
+	key.num = sk->__sk_common.skc_num;
 	st = bpf_map_lookup_elem(&tcp_states_by_sock, &key);
 	if (st)
 		return st;
@@ -500,18 +546,23 @@ static __always_inline struct tcp_state *tcp_state_of(struct sock *sk)
 
 static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 {
-	struct tcp_state *st;
+	/* The established-table hash of the 4-tuple: already random, and on a
+	 * line the receive path has just read (the verifier refuses hashing
+	 * the address itself). */
+	__u32 slot = sk->__sk_common.skc_hash & ((1 << ENQUEUED_SLOTS_LOG2) - 1);
+	struct enqueued_tail *last = bpf_map_lookup_elem(&tcp_enqueued_tails, &slot);
 	struct stamp s;
 
+	if (!last)
+		return;
 	read_stamp(tail, &s);
-	st = tcp_state_of(sk);
-	if (!st)
+	/* sk_data_ready also fires without new data (urgent data, wakeups);
+	 * a coalesced tail carries the newest segment's stamp. */
+	if (last->sk == (__u64)sk && last->skb == s.skb && last->tstamp == s.tstamp)
 		return;
-	/* sk_data_ready also fires without new data (accept, urgent data,
-	 * wakeups); a coalesced tail carries the newest segment's stamp. */
-	if (same_skb(&st->last_enqueued, &s))
-		return;
-	st->last_enqueued = s;
+	last->sk = (__u64)sk;
+	last->skb = s.skb;
+	last->tstamp = s.tstamp;
 	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
 		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0);
 }
@@ -549,7 +600,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 		if (same_skb(&fresh[i], &f->newest))
 			break;
 		n++;
-		skb = BPF_CORE_READ(skb, prev);
+		skb = skb->prev;
 	}
 	if (n == 0)
 		return;
@@ -569,9 +620,9 @@ SEC("tp_btf/sk_data_ready")
 int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 {
 	void *queue = __builtin_preserve_access_index(&sk->sk_receive_queue);
-	struct sk_buff *tail = BPF_CORE_READ(sk, sk_receive_queue.prev);
-	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
-	__u16 type = BPF_CORE_READ(sk, sk_type);
+	struct sk_buff *tail = sk->sk_receive_queue.prev;
+	__u16 proto = sk->sk_protocol;
+	__u16 type = sk->sk_type;
 
 	if ((void *)tail == queue || !tail)
 		return 0;
@@ -588,10 +639,10 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 {
-	struct sock *sk = BPF_CORE_READ(skb, sk);
+	struct sock *sk = skb->sk;
 	struct pending_read *p;
 
-	if (!hook_enabled(HOOK_TCP_SOCK_READ) || !sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (!hook_enabled(HOOK_TCP_SOCK_READ) || !sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	p = bpf_task_storage_get(&tcp_reads, bpf_get_current_task_btf(), NULL,
 				 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -613,17 +664,17 @@ static __always_inline bool seq_before(__u32 a, __u32 b)
 /* Highest sequence number an out-of-order segment received so far can end at. */
 static __always_inline __u32 ooo_high_water(struct tcp_sock *tp)
 {
-	__u32 rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
-	__u32 wnd_end = BPF_CORE_READ(tp, rcv_wup) + BPF_CORE_READ(tp, rcv_wnd);
+	__u32 rcv_nxt = tp->rcv_nxt;
+	__u32 wnd_end = tp->rcv_wup + tp->rcv_wnd;
 	struct tcp_skb_cb *cb;
 	__u32 end;
 
 	if (seq_before(wnd_end, rcv_nxt))
 		wnd_end = rcv_nxt;
-	if (!BPF_CORE_READ(tp, out_of_order_queue.rb_node))
+	if (!tp->out_of_order_queue.rb_node)
 		return rcv_nxt; /* everything out of order has been merged */
 	/* TCP_SKB_CB(): the control block lives in skb->cb */
-	cb = (void *)BPF_CORE_READ(tp, ooo_last_skb) + bpf_core_field_offset(struct sk_buff, cb);
+	cb = (void *)tp->ooo_last_skb + bpf_core_field_offset(struct sk_buff, cb);
 	end = BPF_CORE_READ(cb, end_seq);
 	/* a racy read may see garbage: never trust it beyond the window */
 	if (end == 0 || seq_before(wnd_end, end))
@@ -639,10 +690,15 @@ static __always_inline __u32 ooo_high_water(struct tcp_sock *tp)
  */
 static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 {
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 ooo = BPF_CORE_READ(tp, rcv_ooopack);
+	/* The helper's result is a tcp_sock the verifier lets us load from
+	 * directly; a cast of sk would stop at struct sock. */
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	struct tcp_state *st;
+	__u32 ooo;
 
+	if (!tp)
+		return false;
+	ooo = tp->rcv_ooopack;
 	if (ooo == 0)
 		return false;
 	st = tcp_state_of(sk);
@@ -656,7 +712,7 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 	}
 	if (!st->ooo_active)
 		return false;
-	if (seq_before(st->ooo_end, BPF_CORE_READ(tp, copied_seq))) {
+	if (seq_before(st->ooo_end, tp->copied_seq)) {
 		st->ooo_active = 0;
 		return false;
 	}
@@ -689,6 +745,7 @@ static __always_inline void tcp_read(struct sock *sk, int ret)
 
 /* ---- udp-socket-read: pop the FIFO up to the datagram now at the head ---- */
 
+/* q may lie past struct sock (udp_sock's reader_queue): read with a probe. */
 static __always_inline struct sk_buff *queue_head(struct sk_buff_head *q)
 {
 	struct sk_buff *skb = BPF_CORE_READ(q, next);
@@ -711,8 +768,12 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	head = queue_head(__builtin_preserve_access_index(&up->reader_queue));
 	if (!head)
 		head = queue_head(__builtin_preserve_access_index(&sk->sk_receive_queue));
-	if (head)
-		read_stamp(head, &h);
+	/* same_skb compares only these two; head came from a probe, so
+	 * it is read with one too. */
+	if (head) {
+		h.skb = (__u64)head;
+		h.tstamp = BPF_CORE_READ(head, tstamp);
+	}
 
 	first = f->head;
 	consumed = f->tail - first;
@@ -738,7 +799,7 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 {
-	__u16 proto = BPF_CORE_READ(sk, sk_protocol);
+	__u16 proto = sk->sk_protocol;
 
 	if (flags & MSG_ERRQUEUE)
 		return 0;
@@ -789,7 +850,7 @@ int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *sk
 static __always_inline __u32 sk_rx_ifindex(struct sock *sk)
 {
 	if (bpf_core_field_exists(sk->sk_rx_dst_ifindex))
-		return BPF_CORE_READ(sk, sk_rx_dst_ifindex);
+		return sk->sk_rx_dst_ifindex;
 	return BPF_CORE_READ((struct inet_sock *)sk, rx_dst_ifindex);
 }
 
@@ -805,9 +866,9 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 	if (bpf_core_field_size(tss->ts) == 3 * sizeof(ktime_t)) {
 		struct scm_timestamping_internal___ktime *ns = (void *)tss;
 
-		s.tstamp = BPF_CORE_READ(ns, ts[0]);
+		s.tstamp = ns->ts[0];
 	} else {
-		s.tstamp = BPF_CORE_READ(tss, ts[0].tv_sec) * 1000000000LL + BPF_CORE_READ(tss, ts[0].tv_nsec);
+		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
 	}
 	s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)

@@ -88,6 +88,7 @@ struct sock_common {
 			__u16 skc_num;
 		};
 	};
+	unsigned int skc_hash; /* established-table hash of the 4-tuple */
 	unsigned short skc_family;
 	volatile unsigned char skc_state;
 	int skc_bound_dev_if;

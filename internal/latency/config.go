@@ -65,6 +65,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
 	}
 	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
+	if !cfg.GroupByIface && !cfg.GroupByCgroup {
+		spec.Maps["hists"].MaxEntries = 1 // unused: one histogram per hook, in hook_hists
+	}
 	if skStorageTracing {
 		spec.Maps["tcp_states_by_sock"].MaxEntries = 1 // unused
 	}

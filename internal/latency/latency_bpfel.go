@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type latencyEnqueuedTail struct {
+	_      structs.HostLayout
+	Sk     uint64
+	Skb    uint64
+	Tstamp int64
+}
+
 type latencyHistKey struct {
 	_       structs.HostLayout
 	Cgroup  uint64
@@ -47,18 +54,10 @@ type latencySockKey struct {
 }
 
 type latencyTcpState struct {
-	_            structs.HostLayout
-	LastEnqueued struct {
-		_       structs.HostLayout
-		Skb     uint64
-		Tstamp  int64
-		Ifindex uint32
-		Skip    uint32
-	}
+	_         structs.HostLayout
 	OooSeen   uint32
 	OooEnd    uint32
 	OooActive uint32
-	_         [4]byte
 }
 
 type latencyUdpFifo struct {
@@ -91,8 +90,10 @@ const (
 	latencyMapEmptyHist                   = "empty_hist"
 	latencyMapHists                       = "hists"
 	latencyMapHookBackends                = "hook_backends"
+	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
+	latencyMapTcpEnqueuedTails            = "tcp_enqueued_tails"
 	latencyMapTcpReads                    = "tcp_reads"
 	latencyMapTcpStates                   = "tcp_states"
 	latencyMapTcpStatesBySock             = "tcp_states_by_sock"
@@ -187,18 +188,20 @@ type latencyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyMapSpecs struct {
-	CgroupFilter    *ebpf.MapSpec `ebpf:"cgroup_filter"`
-	ClockOffset     *ebpf.MapSpec `ebpf:"clock_offset"`
-	Counters        *ebpf.MapSpec `ebpf:"counters"`
-	EmptyHist       *ebpf.MapSpec `ebpf:"empty_hist"`
-	Hists           *ebpf.MapSpec `ebpf:"hists"`
-	HookBackends    *ebpf.MapSpec `ebpf:"hook_backends"`
-	IfindexFilter   *ebpf.MapSpec `ebpf:"ifindex_filter"`
-	PidFilter       *ebpf.MapSpec `ebpf:"pid_filter"`
-	TcpReads        *ebpf.MapSpec `ebpf:"tcp_reads"`
-	TcpStates       *ebpf.MapSpec `ebpf:"tcp_states"`
-	TcpStatesBySock *ebpf.MapSpec `ebpf:"tcp_states_by_sock"`
-	UdpFifos        *ebpf.MapSpec `ebpf:"udp_fifos"`
+	CgroupFilter     *ebpf.MapSpec `ebpf:"cgroup_filter"`
+	ClockOffset      *ebpf.MapSpec `ebpf:"clock_offset"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	EmptyHist        *ebpf.MapSpec `ebpf:"empty_hist"`
+	Hists            *ebpf.MapSpec `ebpf:"hists"`
+	HookBackends     *ebpf.MapSpec `ebpf:"hook_backends"`
+	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
+	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
+	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
+	TcpEnqueuedTails *ebpf.MapSpec `ebpf:"tcp_enqueued_tails"`
+	TcpReads         *ebpf.MapSpec `ebpf:"tcp_reads"`
+	TcpStates        *ebpf.MapSpec `ebpf:"tcp_states"`
+	TcpStatesBySock  *ebpf.MapSpec `ebpf:"tcp_states_by_sock"`
+	UdpFifos         *ebpf.MapSpec `ebpf:"udp_fifos"`
 }
 
 // latencyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -237,18 +240,20 @@ func (o *latencyObjects) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyMaps struct {
-	CgroupFilter    *ebpf.Map `ebpf:"cgroup_filter"`
-	ClockOffset     *ebpf.Map `ebpf:"clock_offset"`
-	Counters        *ebpf.Map `ebpf:"counters"`
-	EmptyHist       *ebpf.Map `ebpf:"empty_hist"`
-	Hists           *ebpf.Map `ebpf:"hists"`
-	HookBackends    *ebpf.Map `ebpf:"hook_backends"`
-	IfindexFilter   *ebpf.Map `ebpf:"ifindex_filter"`
-	PidFilter       *ebpf.Map `ebpf:"pid_filter"`
-	TcpReads        *ebpf.Map `ebpf:"tcp_reads"`
-	TcpStates       *ebpf.Map `ebpf:"tcp_states"`
-	TcpStatesBySock *ebpf.Map `ebpf:"tcp_states_by_sock"`
-	UdpFifos        *ebpf.Map `ebpf:"udp_fifos"`
+	CgroupFilter     *ebpf.Map `ebpf:"cgroup_filter"`
+	ClockOffset      *ebpf.Map `ebpf:"clock_offset"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	EmptyHist        *ebpf.Map `ebpf:"empty_hist"`
+	Hists            *ebpf.Map `ebpf:"hists"`
+	HookBackends     *ebpf.Map `ebpf:"hook_backends"`
+	HookHists        *ebpf.Map `ebpf:"hook_hists"`
+	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
+	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
+	TcpEnqueuedTails *ebpf.Map `ebpf:"tcp_enqueued_tails"`
+	TcpReads         *ebpf.Map `ebpf:"tcp_reads"`
+	TcpStates        *ebpf.Map `ebpf:"tcp_states"`
+	TcpStatesBySock  *ebpf.Map `ebpf:"tcp_states_by_sock"`
+	UdpFifos         *ebpf.Map `ebpf:"udp_fifos"`
 }
 
 func (m *latencyMaps) Close() error {
@@ -259,8 +264,10 @@ func (m *latencyMaps) Close() error {
 		m.EmptyHist,
 		m.Hists,
 		m.HookBackends,
+		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
+		m.TcpEnqueuedTails,
 		m.TcpReads,
 		m.TcpStates,
 		m.TcpStatesBySock,

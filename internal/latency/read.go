@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -52,6 +53,12 @@ func ifaceName(names map[uint32]string, idx uint32) string {
 	return "if" + strconv.FormatUint(uint64(idx), 10)
 }
 
+// keyedSeries is a series with the map key it came from, to sort by.
+type keyedSeries struct {
+	key latencyHistKey
+	s   hist.Series
+}
+
 // Read returns, per hook (and interface/cgroup when grouping), the histogram
 // of every sample since Start: cumulative, so a Prometheus collector can
 // export it as is. It sums the per-CPU copies and is safe to call from any
@@ -59,20 +66,12 @@ func ifaceName(names map[uint32]string, idx uint32) string {
 func (t *Tracer) Read() ([]hist.Series, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps["hists"]
-	if m == nil {
+	if t.maps["hists"] == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
-	type keyed struct {
-		key latencyHistKey
-		s   hist.Series
-	}
-	var out []keyed
+	var out []keyedSeries
 	var ifaces map[uint32]string // fetched once, on the first grouped series
-	var key latencyHistKey
-	var perCPU []latencyHistValue
-	it := m.Iterate()
-	for it.Next(&key, &perCPU) {
+	add := func(key latencyHistKey, perCPU []latencyHistValue) {
 		s := hist.Series{Hook: Hook(key.Hook).String()}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
@@ -89,7 +88,25 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		if key.Cgroup != 0 {
 			s.Cgroup = t.cgroups.name(key.Cgroup)
 		}
-		out = append(out, keyed{key, s})
+		out = append(out, keyedSeries{key, s})
+	}
+	var key latencyHistKey
+	var perCPU []latencyHistValue
+	it := t.maps["hists"].Iterate()
+	for it.Next(&key, &perCPU) {
+		add(key, perCPU)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading histograms: %w", err)
+	}
+	// Ungrouped, every hook has its histogram from the start: show only
+	// those with samples, as the grouped ones appear with their first.
+	var hook uint32
+	it = t.maps["hook_hists"].Iterate()
+	for it.Next(&hook, &perCPU) {
+		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
+			add(latencyHistKey{Hook: uint16(hook)}, perCPU)
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("reading histograms: %w", err)
