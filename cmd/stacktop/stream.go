@@ -43,7 +43,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 // registerMaxConnections adds --max-connections, shared by top, stream and serve.
 func registerMaxConnections(fs *pflag.FlagSet, n *int) {
 	fs.IntVar(n, "max-connections", conntrack.DefaultMaxConnections,
-		"size of the kernel's TCP socket table and of its UDP flow table (each); sockets beyond it are counted as map full")
+		"size of the kernel's TCP socket table and of its UDP flow table (each), and the most closed connections held between two refreshes; sockets beyond it are counted as map full, closes beyond it as lost")
 }
 
 // checkMaxConnections validates --max-connections (exit 2 naming the value).

@@ -3,7 +3,9 @@ package conntrack
 import (
 	"io"
 	"net"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -66,23 +68,46 @@ func TestMapFull(t *testing.T) {
 	})
 }
 
-// TestRingBytes: the closed-event ring holds one event per table entry,
-// rounded up to a power of two, between 4 MiB and 256 MiB.
-func TestRingBytes(t *testing.T) {
-	for _, c := range []struct {
-		n    int
-		want uint32
-	}{
-		{1, 4 << 20}, {16, 4 << 20}, {32768, 4 << 20}, {32769, 8 << 20},
-		{65536, 8 << 20}, {DefaultMaxConnections, 32 << 20}, {MaxMaxConnections, 256 << 20},
-	} {
-		if got := ringBytes(c.n); got != c.want {
-			t.Errorf("ringBytes(%d) = %d, want %d", c.n, got, c.want)
-		}
+// TestClosedBeyondLimit: the tracker holds at most MaxConnections closed
+// events between two snapshots; 100 connections closing (200 sockets)
+// between two snapshots with room for 64 are reported as 64 closed records
+// and at least 136 lost events, not as unbounded memory.
+func TestClosedBeyondLimit(t *testing.T) {
+	const n, limit = 100, 64
+	p := testenv.NewPeer(t, "stk-limit", 241)
+	tr := openTracker(t, Config{MaxConnections: limit})
+	l := tcpServer(t, p, addrPort(p.PeerIP4, 0), 1, 0)
+	if _, err := tr.Snapshot(); err != nil {
+		t.Fatal(err)
 	}
+	runHelperProc(t, "tcp", "STC_ADDR="+addrPort(p.PeerIP4, l.Addr().(*net.TCPAddr).Port), "STC_SEND=1",
+		"STC_RECV=0", "STC_COUNT="+strconv.Itoa(n))
+	deadline := time.Now().Add(10 * time.Second)
+	for tr.closed.lost.Load() < 2*n-limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d closed events over the limit after 10s, want %d", tr.closed.lost.Load(), 2*n-limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := find(s.Records, func(r *conn.Record) bool { return r.Event == conn.Closed })
+	if len(closed) != limit || s.Lost < 2*n-limit {
+		t.Errorf("%d closed records, lost %d; want %d, at least %d", len(closed), s.Lost, limit, 2*n-limit)
+	}
+}
+
+func TestValidMaxConnections(t *testing.T) {
 	for _, n := range []int{0, -1, MaxMaxConnections + 1} {
 		if ValidMaxConnections(n) == nil {
 			t.Errorf("ValidMaxConnections(%d) accepted", n)
+		}
+	}
+	for _, n := range []int{MinMaxConnections, DefaultMaxConnections, MaxMaxConnections} {
+		if err := ValidMaxConnections(n); err != nil {
+			t.Errorf("ValidMaxConnections(%d): %v", n, err)
 		}
 	}
 }

@@ -7,14 +7,11 @@ package conntrack
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -49,15 +46,6 @@ const (
 	MaxMaxConnections     = 1 << 22
 )
 
-// Ring buffer bounds: closedRecordSize is one closed event (struct conn,
-// 120 bytes, plus the ring's 8-byte header); the ring is sized for one
-// event per table entry, a power of two of pages, within these bounds.
-const (
-	closedRecordSize = 128
-	minRingBytes     = 4 << 20
-	maxRingBytes     = 256 << 20
-)
-
 // Config chooses what the tracker attaches and reports.
 type Config struct {
 	Backend features.Backend   // per-hook backend; "" means auto
@@ -78,19 +66,9 @@ func ValidMaxConnections(n int) error {
 	return nil
 }
 
-// ringBytes is the closed-event ring buffer size for a table of n entries:
-// room for every tracked socket to close between two reads, rounded up to a
-// power of two (the kernel requires a power-of-two number of pages).
-func ringBytes(n int) uint32 {
-	want := uint64(n) * closedRecordSize
-	size := uint64(minRingBytes)
-	for size < want && size < maxRingBytes {
-		size <<= 1
-	}
-	return uint32(size)
-}
-
-// sizeMaps sets the table and ring buffer sizes of spec for n connections.
+// sizeMaps sets the table sizes of spec for n connections. The ring buffer
+// of closed events keeps its compiled 4 MiB (32,768 events): it is drained
+// as it fills, and a burst beyond that is counted as lost.
 func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 	if err := ValidMaxConnections(n); err != nil {
 		return fmt.Errorf("max connections %d: %w", n, err)
@@ -104,11 +82,6 @@ func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 		}
 		m.MaxEntries = uint32(n)
 	}
-	ring, ok := spec.Maps["closed"]
-	if !ok {
-		return fmt.Errorf("map closed missing from the BPF object")
-	}
-	ring.MaxEntries = ringBytes(n)
 	return nil
 }
 
@@ -122,7 +95,7 @@ type Tracker struct {
 	attached []attachment
 	programs uint32 // distinct tracing programs attached (busy masks used)
 	choices  []features.Choice
-	events   *ringbuf.Reader
+	closed   *closedCollector
 	cgroups  *cgroup.Resolver
 
 	mu          sync.Mutex
@@ -197,8 +170,8 @@ func (t *Tracker) open() error {
 	if err := t.loadMaps(); err != nil {
 		return err
 	}
-	if t.events, err = ringbuf.NewReader(t.objs.Closed); err != nil {
-		return fmt.Errorf("ring buffer: %w", err)
+	if t.closed, err = newClosedCollector(t.objs.Closed, t.cfg.MaxConnections); err != nil {
+		return err
 	}
 	if err := t.attachHooks(t.cfg.Backend); err != nil {
 		return err
@@ -222,8 +195,8 @@ func (t *Tracker) Close() error {
 	for _, a := range t.attached {
 		errs = append(errs, a.close())
 	}
-	if t.events != nil {
-		errs = append(errs, t.events.Close())
+	if t.closed != nil {
+		errs = append(errs, t.closed.close())
 	}
 	errs = append(errs, t.objs.Close())
 	return errors.Join(errs...)
@@ -269,7 +242,7 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
 	}
-	if s.closed, err = t.drainClosed(s.closed[:0]); err != nil {
+	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err
 	}
 	for i := range s.closed {
@@ -308,39 +281,6 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	s.sort(snap.Records)
 	snap.Lost, snap.MapFull, err = t.drops()
 	return snap, err
-}
-
-// drainClosed appends every closed-connection event queued so far to out.
-func (t *Tracker) drainClosed(out []connsConn) ([]connsConn, error) {
-	t.events.SetDeadline(time.Now())
-	var rec ringbuf.Record
-	for {
-		err := t.events.ReadInto(&rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return out, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("reading closed connections: %w", err)
-		}
-		var c connsConn
-		// The kernel wrote the struct in this machine's layout: copy its
-		// bytes rather than decode field by field with reflection.
-		if !decodeInto(&c, rec.RawSample) {
-			return out, fmt.Errorf("decoding closed connection: %d bytes, want %d", len(rec.RawSample), unsafe.Sizeof(c))
-		}
-		out = append(out, c)
-	}
-}
-
-// decodeInto copies a sample that the kernel wrote in this machine's layout
-// into v; false if the sample is too short to be one.
-func decodeInto[T any](v *T, raw []byte) bool {
-	size := int(unsafe.Sizeof(*v))
-	if len(raw) < size {
-		return false
-	}
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(v)), size), raw)
-	return true
 }
 
 // udpFlows reports every UDP flow; flows idle longer than UDPIdle are
@@ -397,7 +337,7 @@ func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
 }
 
 // drops reads the loss counters. Lost counts closed-connection events the
-// ring buffer had no room for, and events no copy of a tracing program
+// ring buffer or the collector had no room for, and events no copy of a tracing program
 // handled: copy 0's runs that the kernel skipped because it was already
 // running on that CPU (5.12+ counts them) or that it deferred while nested,
 // less those another copy covered. Each is an event whose bytes,
@@ -428,5 +368,5 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	// Covered runs are a subset of the skipped and deferred ones; the guard
 	// keeps a kernel that skips runs without counting them from wrapping.
 	uncovered -= min(uncovered, sums[dropCovered])
-	return sums[dropLost] + uncovered, sums[dropMapFull], nil
+	return sums[dropLost] + t.closed.lost.Load() + uncovered, sums[dropMapFull], nil
 }
