@@ -41,8 +41,6 @@ char LICENSE[] SEC("license") = "GPL";
 enum drop_counter {
 	DROP_LOST = 0,     /* ring buffer full: a closed event was not delivered */
 	DROP_MAP_FULL = 1, /* a new connection or flow found its map full */
-	DROP_DEFERRED = 2, /* copy 0 ran nested in itself and left its event */
-	DROP_COVERED = 3,  /* a copy other than 0 handled an event */
 	DROP_NR,
 };
 
@@ -155,57 +153,6 @@ static __always_inline void count_drop(u32 which)
 		*v += 1;
 }
 
-/*
- * Every tracing program is loaded several times, as copies 0, 1, 2... The
- * kernel skips a tracing program's run while the same program is already
- * running on that CPU (5.12+ for fentry, 6.2+ for tp_btf): a softirq that
- * interrupts it or, on preemptible kernels, a task that preempts it loses
- * its event, and losing a TCP_CLOSE leaks the connection forever. Each copy
- * marks its bit in the CPU's busy mask while it handles an event, and an
- * event is handled by the lowest copy that is not busy on its CPU: a copy
- * the kernel skips is busy, and the copies of one event run one after the
- * other, so exactly one handles it. Kernels without the recursion check run
- * a busy copy nested instead; it sees its own bit and leaves the event to
- * the next copy. An event is lost only when every copy is busy: lost runs
- * are copy 0's skipped and deferred runs that no later copy covered.
- */
-#define MAX_PROGRAMS 8 /* distinct programs, each with its own mask */
-
-const volatile u32 copy = 0;         /* which copy of its program this is */
-const volatile u32 program_slot = 0; /* the mask its copies share */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_PROGRAMS);
-	__type(key, u32);
-	__type(value, u32);
-} busy SEC(".maps");
-
-/* claim returns the CPU's busy mask when this copy should handle the event,
- * with the copy's bit set, or NULL; pass the mask to release when done. */
-static __always_inline u32 *claim(void)
-{
-	u32 slot = program_slot;
-	u32 *mask = bpf_map_lookup_elem(&busy, &slot);
-	if (!mask)
-		return NULL;
-	u32 mine = 1u << copy;
-	u32 lower = mine - 1;
-	if ((*mask & (mine | lower)) != lower) {
-		if (copy == 0)
-			count_drop(DROP_DEFERRED); /* nested in itself */
-		return NULL;
-	}
-	if (copy > 0)
-		count_drop(DROP_COVERED);
-	*mask |= mine;
-	return mask;
-}
-
-static __always_inline void release(u32 *mask)
-{
-	*mask &= ~(1u << copy);
-}
 
 /* Tracing programs may call bpf_get_socket_cookie since 5.12; user space
  * clears this on older kernels, where a socket's cookie is read from the
@@ -361,17 +308,13 @@ static __always_inline void tcp_state(struct sock *sk, int oldstate, int newstat
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
-	u32 *mask = claim();
-	if (mask) {
-		tcp_state(sk, oldstate, newstate);
-		release(mask);
-	}
+	tcp_state(sk, oldstate, newstate);
 	return 0;
 }
 
-/* record_io records a send or receive call that returned ret on socket sk,
+/* socket_io records a send or receive call that returned ret on socket sk,
  * in the calling process. */
-static __always_inline void record_io(struct sock *sk, int ret, int flags, bool in)
+static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
 {
 	/* A failed or peeking call moved no bytes, but it still tells whose
 	 * socket this is (an accepted socket's first read is often EAGAIN). */
@@ -404,16 +347,6 @@ static __always_inline void record_io(struct sock *sk, int ret, int flags, bool 
 	set_owner(&c->owner, sk);
 	refresh(c, sk);
 	read_tuple(c, sk);
-}
-
-/* socket_io is record_io in the copy of the program that handles the event. */
-static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
-{
-	u32 *mask = claim();
-	if (mask) {
-		record_io(sk, ret, flags, in);
-		release(mask);
-	}
 }
 
 SEC("tp_btf/sock_send_length")

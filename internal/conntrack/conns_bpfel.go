@@ -73,7 +73,6 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	connsMapBusy                    = "busy"
 	connsMapClosed                  = "closed"
 	connsMapConns                   = "conns"
 	connsMapDrops                   = "drops"
@@ -89,8 +88,6 @@ const (
 	connsProgConnsTcpState          = "conns_tcp_state"
 	connsProgConnsUdpEgress         = "conns_udp_egress"
 	connsProgConnsUdpIngress        = "conns_udp_ingress"
-	connsVarCopy                    = "copy"
-	connsVarProgramSlot             = "program_slot"
 	connsVarTracingCookie           = "tracing_cookie"
 )
 
@@ -151,7 +148,6 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	Busy      *ebpf.MapSpec `ebpf:"busy"`
 	Closed    *ebpf.MapSpec `ebpf:"closed"`
 	Conns     *ebpf.MapSpec `ebpf:"conns"`
 	Drops     *ebpf.MapSpec `ebpf:"drops"`
@@ -164,8 +160,6 @@ type connsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsVariableSpecs struct {
-	Copy          *ebpf.VariableSpec `ebpf:"copy"`
-	ProgramSlot   *ebpf.VariableSpec `ebpf:"program_slot"`
 	TracingCookie *ebpf.VariableSpec `ebpf:"tracing_cookie"`
 }
 
@@ -189,7 +183,6 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	Busy      *ebpf.Map `ebpf:"busy"`
 	Closed    *ebpf.Map `ebpf:"closed"`
 	Conns     *ebpf.Map `ebpf:"conns"`
 	Drops     *ebpf.Map `ebpf:"drops"`
@@ -200,7 +193,6 @@ type connsMaps struct {
 
 func (m *connsMaps) Close() error {
 	return _ConnsClose(
-		m.Busy,
 		m.Closed,
 		m.Conns,
 		m.Drops,
@@ -214,8 +206,6 @@ func (m *connsMaps) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsVariables struct {
-	Copy          *ebpf.Variable `ebpf:"copy"`
-	ProgramSlot   *ebpf.Variable `ebpf:"program_slot"`
 	TracingCookie *ebpf.Variable `ebpf:"tracing_cookie"`
 }
 

@@ -102,10 +102,10 @@ func TestTCPExactBytes(t *testing.T) {
 // between two snapshots are all reported closed with exact totals.
 //
 // In an emulated guest (the kernel matrix under qemu TCG) programs run so
-// slowly that they are often preempted, and every copy of a program can be
-// busy on a CPU at once (see claim() in bpf/conns.bpf.c): the kernel then
-// skips events. There, and only there, a shortfall is accepted when the
-// tracker reported at least as many lost events as records came out wrong.
+// slowly that they are often interrupted or preempted by another run of the
+// same program, which the kernel then skips (and counts). There, and only
+// there, a shortfall is accepted when the tracker reported at least as many
+// lost events as records came out wrong.
 func TestShortLivedConnections(t *testing.T) {
 	const n, size = 500, 1024
 	p := testenv.NewPeer(t, "stc-short", 51)

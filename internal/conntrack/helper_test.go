@@ -216,7 +216,7 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 		// bytes that are missing.
 		for _, a := range tr.attached {
 			if s, err := a.prog.Stats(); err == nil && s.RecursionMisses > 0 {
-				t.Logf("program %v (copy %d) missed %d runs", a.prog, a.copy, s.RecursionMisses)
+				t.Logf("program %v missed %d runs", a.prog, s.RecursionMisses)
 			}
 		}
 		tr.Close()

@@ -49,7 +49,7 @@ var hooks = []hook{
 // tracing is a tp_btf program of the tracepoint backend.
 func tracing(program string) candidate {
 	return candidate{features.Tracepoint, func(t *Tracker) error {
-		return t.attachCopies(program, "", func(p *ebpf.Program) (link.Link, error) {
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
 		})
 	}}
@@ -59,7 +59,7 @@ func tracing(program string) candidate {
 // socket on the host belongs to (directly or below).
 func cgroupSKB(program string, at ebpf.AttachType) candidate {
 	return candidate{features.Tracepoint, func(t *Tracker) error {
-		return t.attach(program, "", copyOf{}, func(p *ebpf.Program) (link.Link, error) {
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			root, err := cgroup.Root()
 			if err != nil {
 				return nil, err
@@ -86,7 +86,7 @@ func fexit(variants map[int]string, funcs ...string) candidate {
 			if !ok {
 				return fmt.Errorf("%s has %d parameters here, a signature no program of ours reads", fn, params)
 			}
-			err = t.attachCopies(program, fn, func(p *ebpf.Program) (link.Link, error) {
+			err = t.attach(program, fn, func(p *ebpf.Program) (link.Link, error) {
 				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceFExit})
 			})
 			if err != nil {
@@ -148,7 +148,7 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 // attachAll runs a candidate and, when it fails part way, detaches what it
 // attached, so that a refused candidate leaves nothing behind.
 func (t *Tracker) attachAll(c candidate) error {
-	attached, programs := len(t.attached), t.programs
+	attached := len(t.attached)
 	err := c.attach(t)
 	if err == nil {
 		return nil
@@ -156,48 +156,13 @@ func (t *Tracker) attachAll(c candidate) error {
 	for _, a := range t.attached[attached:] {
 		err = errors.Join(err, a.close())
 	}
-	t.attached, t.programs = t.attached[:attached], programs
+	t.attached = t.attached[:attached]
 	return err
 }
 
-// Copies of each tracing program (see claim() in bpf/conns.bpf.c): an
-// event is lost only when all of them are busy on its CPU at once. In qemu
-// guests under TCG, where programs run slowly and get preempted, two copies
-// still lost a few events per thousand; three lost none.
-const copiesPerProgram = 3
-
-// maxPrograms mirrors MAX_PROGRAMS in bpf/conns.bpf.c: the busy masks
-// available to copied programs.
-const maxPrograms = 8
-
-// copyOf says which copy of a tracing program to load: copy index of the
-// program whose copies share busy mask slot. Programs that are not copied
-// load the zero value.
-type copyOf struct {
-	slot  uint32
-	index uint32
-}
-
-// attachCopies attaches copiesPerProgram copies of a tracing program, so
-// that an event whose program is already running on its CPU (and which the
-// kernel therefore skips) is handled by another copy.
-func (t *Tracker) attachCopies(program, attachTo string, attach func(*ebpf.Program) (link.Link, error)) error {
-	if t.programs == maxPrograms {
-		return fmt.Errorf("attach %s: more than %d tracing programs", program, maxPrograms)
-	}
-	slot := t.programs
-	t.programs++
-	for index := range uint32(copiesPerProgram) {
-		if err := t.attach(program, attachTo, copyOf{slot, index}, attach); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// attach loads one copy of a program against the tracker's shared maps
-// (for the kernel function attachTo, when not empty) and attaches it.
-func (t *Tracker) attach(program, attachTo string, which copyOf, attach func(*ebpf.Program) (link.Link, error)) error {
+// attach loads one program against the tracker's shared maps (for the
+// kernel function attachTo, when not empty) and attaches it.
+func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (link.Link, error)) error {
 	spec := t.spec.Copy()
 	for name, p := range spec.Programs {
 		if name != program {
@@ -210,12 +175,6 @@ func (t *Tracker) attach(program, attachTo string, which copyOf, attach func(*eb
 	if attachTo != "" {
 		what += " on " + attachTo
 	}
-	if which.index > 0 {
-		what += fmt.Sprintf(" (copy %d)", which.index)
-	}
-	if err := errors.Join(spec.Variables["program_slot"].Set(which.slot), spec.Variables["copy"].Set(which.index)); err != nil {
-		return fmt.Errorf("load %s: %w", what, err)
-	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: t.maps})
 	if err != nil {
 		return fmt.Errorf("load %s: %w", what, err)
@@ -227,15 +186,14 @@ func (t *Tracker) attach(program, attachTo string, which copyOf, attach func(*eb
 		prog.Close()
 		return fmt.Errorf("attach %s: %w", what, err)
 	}
-	t.attached = append(t.attached, attachment{prog, l, which.index})
+	t.attached = append(t.attached, attachment{prog, l})
 	return nil
 }
 
-// attachment is one attached copy of a program.
+// attachment is one attached program.
 type attachment struct {
 	prog *ebpf.Program
 	link link.Link
-	copy uint32
 }
 
 func (a attachment) close() error {

@@ -31,9 +31,7 @@ const flagPartial = 1
 const (
 	dropLost     = 0
 	dropMapFull  = 1
-	dropDeferred = 2
-	dropCovered  = 3
-	dropCounters = 4
+	dropCounters = 2
 )
 
 // Capacity of the kernel tables (--max-connections). The default holds
@@ -93,7 +91,6 @@ type Tracker struct {
 	objs     connsMaps
 	maps     map[string]*ebpf.Map
 	attached []attachment
-	programs uint32 // distinct tracing programs attached (busy masks used)
 	choices  []features.Choice
 	closed   *closedCollector
 	cgroups  *cgroup.Resolver
@@ -157,7 +154,6 @@ func (t *Tracker) loadMaps() error {
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
 		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
-		"busy": t.objs.Busy,
 	}
 	return nil
 }
@@ -337,11 +333,11 @@ func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
 }
 
 // drops reads the loss counters. Lost counts closed-connection events the
-// ring buffer or the collector had no room for, and events no copy of a tracing program
-// handled: copy 0's runs that the kernel skipped because it was already
-// running on that CPU (5.12+ counts them) or that it deferred while nested,
-// less those another copy covered. Each is an event whose bytes,
-// owner or close the tracker never saw.
+// ring buffer or the collector had no room for, and runs of our programs
+// the kernel skipped because the same program was already running on that
+// CPU (interrupted by a softirq, or preempted by a task, that hit the hook
+// again; 5.12+ counts them): each is an event whose bytes, owner or close
+// the tracker never saw.
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	var sums [dropCounters]uint64
 	for idx := range sums {
@@ -355,18 +351,11 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	var skipped uint64
 	for _, a := range t.attached {
-		if a.copy > 0 {
-			continue
-		}
 		s, err := a.prog.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading program statistics: %w", err)
 		}
 		skipped += s.RecursionMisses
 	}
-	uncovered := skipped + sums[dropDeferred]
-	// Covered runs are a subset of the skipped and deferred ones; the guard
-	// keeps a kernel that skips runs without counting them from wrapping.
-	uncovered -= min(uncovered, sums[dropCovered])
-	return sums[dropLost] + t.closed.lost.Load() + uncovered, sums[dropMapFull], nil
+	return sums[dropLost] + t.closed.lost.Load() + skipped, sums[dropMapFull], nil
 }
