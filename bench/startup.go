@@ -43,6 +43,14 @@ func runStartup(ctx context.Context, cfg config, env tool.Env) ([]startupResult,
 		return nil, err
 	}
 	defer c.Close()
+	// And a datagram every 10 ms: latency prints its first report only once
+	// a probe has a sample, so without traffic of its own this would time
+	// the host's background traffic rather than start-up.
+	stop, err := trickleUDP(ctx, 10*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 
 	var out []startupResult
 	for _, name := range []string{"latency", "stream", "serve"} {
@@ -111,6 +119,42 @@ func firstReport(ctx context.Context, env tool.Env, name string) (time.Duration,
 	}
 	m, err := bpfobj.MemlockOf(held)
 	return d, m, err
+}
+
+// trickleUDP sends a datagram every interval to a socket of its own on
+// loopback, which reads them, until stop is called.
+func trickleUDP(ctx context.Context, interval time.Duration) (stop func(), err error) {
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	tx, err := net.DialUDP("udp4", nil, rx.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		rx.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			if _, err := rx.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = tx.Write([]byte("stacktop-bench"))
+			}
+		}
+	}()
+	return func() { cancel(); tx.Close(); rx.Close() }, nil
 }
 
 func pollMetrics(ctx context.Context, url string) error {
