@@ -251,10 +251,12 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 // report prints one block per kernel and says whether all passed.
 func report(w io.Writer, cfg config, outcomes []outcome) bool {
 	ok := true
+	var failed []outcome
 	for _, o := range outcomes {
 		if o.err != nil {
 			fmt.Fprintf(w, "FAIL kernel %s: %v\n", o.kernel.Name, o.err)
 			ok = false
+			failed = append(failed, o)
 			continue
 		}
 		problems := o.res.problems(cfg.kernelTimeout)
@@ -289,18 +291,50 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 				fmt.Fprintf(w, "    %s %s: %s\n", t.Name, kind, reason)
 			}
 		}
-		for _, p := range problems {
+		if len(problems) > 0 {
+			fmt.Fprintf(w, "  console log: %s\n", o.res.Log)
+			tail(w, o.res)
+			failed = append(failed, o)
+		}
+	}
+	// Last, because CI shows the end of a long output: what failed, and
+	// what the failing tests said.
+	for _, o := range failed {
+		if o.err != nil {
+			fmt.Fprintf(w, "FAILED kernel %s: %v\n", o.kernel.Name, o.err)
+			continue
+		}
+		fmt.Fprintf(w, "FAILED kernel %s (%s):\n", o.kernel.Name, o.img.Release)
+		for _, p := range o.res.problems(cfg.kernelTimeout) {
 			fmt.Fprintf(w, "  problem: %s\n", p)
 		}
 		if fault := infrastructureFault(o.res, cfg.kernelTimeout); fault != "" {
 			fmt.Fprintf(w, "  infrastructure fault, no retry left (-retries %d): %s\n", cfg.retries, fault)
 		}
-		if len(problems) > 0 {
-			fmt.Fprintf(w, "  console log: %s\n", o.res.Log)
-			tail(w, o.res)
-		}
+		failedTestLogs(w, o.res)
 	}
 	return ok
+}
+
+// failedTestLogs prints what each failed test logged (its last lines).
+func failedTestLogs(w io.Writer, r *bootResult) {
+	const maxLines = 30
+	for _, run := range r.Runs {
+		for _, t := range run.Tests {
+			if t.Status != protocol.Fail {
+				continue
+			}
+			fmt.Fprintf(w, "  --- %s [%s] %s:\n", run.Suite, run.Backend, t.Name)
+			msgs := t.Messages
+			if len(msgs) > maxLines {
+				fmt.Fprintf(w, "    (%d earlier lines in the console log)\n", len(msgs)-maxLines)
+				msgs = msgs[len(msgs)-maxLines:]
+			}
+			for _, m := range msgs {
+				fmt.Fprintf(w, "    %s\n", m)
+			}
+		}
+	}
 }
 
 // attemptNote says which boot the result is from, when it is not the first.

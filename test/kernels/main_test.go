@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -120,6 +122,42 @@ func TestReportListsHostOnlySkipsApart(t *testing.T) {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("report lacks %q:\n%s", line, b.String())
 		}
+	}
+}
+
+func TestReportEndsWithWhatFailed(t *testing.T) {
+	var logs []string
+	for i := range 40 {
+		logs = append(logs, fmt.Sprintf("x_test.go:%d: line %d", i, i))
+	}
+	run := &protocol.Run{Suite: "internal/conntrack", Backend: "fentry", Ended: true, ExitCode: 1, Tests: []protocol.Test{
+		{Name: "TestA", Status: protocol.Pass},
+		{Name: "TestB", Status: protocol.Fail, Messages: logs},
+	}}
+	var b strings.Builder
+	ok := report(&b, config{}, []outcome{
+		{kernel: debian.Kernel{Name: "sid"}, img: &debian.Image{Release: "7.2.13"},
+			res: &bootResult{Log: "/nonexistent", Result: protocol.Result{Done: true, Runs: []*protocol.Run{run}}}},
+		{kernel: debian.Kernel{Name: "6.1"}, err: errors.New("no such package")},
+	})
+	if ok {
+		t.Error("report passed a failed test")
+	}
+	out := b.String()
+	_, last, found := strings.Cut(out, "FAILED kernel sid (7.2.13):\n")
+	if !found {
+		t.Fatalf("no failure section at the end:\n%s", out)
+	}
+	want := "  problem: internal/conntrack [fentry] TestB failed\n" +
+		"  problem: internal/conntrack [fentry] exited 1\n" +
+		"  --- internal/conntrack [fentry] TestB:\n" +
+		"    (10 earlier lines in the console log)\n" +
+		"    x_test.go:10: line 10\n"
+	if !strings.HasPrefix(last, want) {
+		t.Errorf("failure section starts\n%s\nwant\n%s", last, want)
+	}
+	if !strings.HasSuffix(out, "    x_test.go:39: line 39\nFAILED kernel 6.1: no such package\n") {
+		t.Errorf("output does not end with the failures:\n%s", out)
 	}
 }
 
