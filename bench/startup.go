@@ -13,6 +13,7 @@ import (
 
 	"github.com/stacktop/stacktop/bench/internal/bpfobj"
 	"github.com/stacktop/stacktop/bench/internal/connload"
+	"github.com/stacktop/stacktop/bench/internal/periodic"
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 	"github.com/stacktop/stacktop/bench/internal/tool"
 )
@@ -133,7 +134,6 @@ func trickleUDP(ctx context.Context, interval time.Duration) (stop func(), err e
 		rx.Close()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		buf := make([]byte, 64)
 		for {
@@ -142,19 +142,8 @@ func trickleUDP(ctx context.Context, interval time.Duration) (stop func(), err e
 			}
 		}
 	}()
-	go func() {
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				_, _ = tx.Write([]byte("stacktop-bench"))
-			}
-		}
-	}()
-	return func() { cancel(); tx.Close(); rx.Close() }, nil
+	stopSending := periodic.Start(ctx, interval, func() { _, _ = tx.Write([]byte("stacktop-bench")) })
+	return func() { stopSending(); tx.Close(); rx.Close() }, nil
 }
 
 func pollMetrics(ctx context.Context, url string) error {

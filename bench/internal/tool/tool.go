@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/bench/internal/bpfobj"
+	"github.com/stacktop/stacktop/bench/internal/periodic"
 )
 
 //go:embed netstacklat.bt
@@ -266,22 +267,8 @@ func scrapeEverySecond(ctx context.Context, url string, exited <-chan struct{}) 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = get() // a failed scrape is the tool's problem, visible in its log
-			}
-		}
-	}()
-	return func() { cancel(); <-done }, nil
+	// A failed scrape is the tool's problem, visible in its log.
+	return periodic.Start(ctx, time.Second, func() { _ = get() }), nil
 }
 
 // realtimeOffset returns CLOCK_REALTIME - CLOCK_BOOTTIME in ns, the
