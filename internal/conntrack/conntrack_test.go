@@ -35,7 +35,8 @@ func find(rs []conn.Record, pred func(*conn.Record) bool) []conn.Record {
 
 // TestTCPExactBytes: a client process sends exactly 1 MiB and receives
 // exactly 512 KiB; both ends report those bytes, their own PIDs and enough
-// segments, over IPv4, IPv6 and IPv4 into a dual-stack IPv6 socket.
+// segments, over IPv4, IPv6 and IPv4 into a dual-stack IPv6 socket (in an
+// emulated guest, see requireExact).
 func TestTCPExactBytes(t *testing.T) {
 	const sent, received = 1 << 20, 1 << 19
 	p := testenv.NewPeer(t, "stc-bytes", 50)
@@ -54,6 +55,10 @@ func TestTCPExactBytes(t *testing.T) {
 		{"ipv4-mapped", "[::]:0", p.HostIP4, p.PeerIP4, 4},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
+			before, err := tr.Snapshot() // the loss counters are cumulative
+			if err != nil {
+				t.Fatal(err)
+			}
 			l := tcpServer(t, p, fam.listen, sent, received)
 			port := uint16(l.Addr().(*net.TCPAddr).Port)
 			pid := runHelperProc(t, "tcp", "STC_ADDR="+addrPort(fam.peer, int(port)),
@@ -66,6 +71,7 @@ func TestTCPExactBytes(t *testing.T) {
 				return len(find(h.closed, isClient)) == 1 && len(find(h.closed, isServer)) == 1
 			})
 			client, server := find(h.closed, isClient)[0], find(h.closed, isServer)[0]
+			var wrong []string
 			for _, c := range []struct {
 				name      string
 				r         conn.Record
@@ -79,7 +85,7 @@ func TestTCPExactBytes(t *testing.T) {
 			} {
 				r := c.r
 				if r.BytesIn != c.in || r.BytesOut != c.out {
-					t.Errorf("%s: bytes in/out = %d/%d, want %d/%d", c.name, r.BytesIn, r.BytesOut, c.in, c.out)
+					wrong = append(wrong, fmt.Sprintf("%s: bytes in/out = %d/%d, want %d/%d", c.name, r.BytesIn, r.BytesOut, c.in, c.out))
 				}
 				if r.PID != uint32(c.pid) || r.Comm != c.comm {
 					t.Errorf("%s: owner %d/%s, want %d/%s", c.name, r.PID, r.Comm, c.pid, c.comm)
@@ -91,21 +97,17 @@ func TestTCPExactBytes(t *testing.T) {
 					t.Errorf("%s: unexpected record %+v", c.name, r)
 				}
 			}
-			if h.last.Lost != 0 || h.last.MapFull != 0 {
-				t.Errorf("lost %d, map full %d; want 0", h.last.Lost, h.last.MapFull)
+			requireExact(t, wrong, h.last.Lost-before.Lost)
+			if h.last.MapFull != 0 {
+				t.Errorf("map full %d; want 0", h.last.MapFull)
 			}
 		})
 	}
 }
 
 // TestShortLivedConnections: 500 connections that each carry 1 KiB and close
-// between two snapshots are all reported closed with exact totals.
-//
-// In an emulated guest (the kernel matrix under qemu TCG) programs run so
-// slowly that they are often interrupted or preempted by another run of the
-// same program, which the kernel then skips (and counts). There, and only
-// there, a shortfall is accepted when the tracker reported at least as many
-// lost events as records came out wrong.
+// between two snapshots are all reported closed with exact totals (in an
+// emulated guest, see requireExact).
 func TestShortLivedConnections(t *testing.T) {
 	const n, size = 500, 1024
 	p := testenv.NewPeer(t, "stc-short", 51)
@@ -150,16 +152,9 @@ func TestShortLivedConnections(t *testing.T) {
 		wrong = append(wrong, fmt.Sprintf("%d distinct client connections in %d closed events (a connection was reported twice)", len(ports), len(clients)))
 	}
 	t.Logf("%d snapshots after the client finished; lost %d, map full %d", h.snapshots, h.last.Lost, h.last.MapFull)
-	lost := h.last.Lost
-	if testenv.InGuest() && uint64(len(wrong)) <= lost {
-		t.Logf("emulated guest: %d lost events account for %d wrong records: %q", lost, len(wrong), wrong)
-		lost, wrong = 0, nil
-	}
-	for _, w := range wrong {
-		t.Error(w)
-	}
-	if lost != 0 || h.last.MapFull != 0 {
-		t.Errorf("lost %d, map full %d; want 0", lost, h.last.MapFull)
+	requireExact(t, wrong, h.last.Lost)
+	if h.last.MapFull != 0 {
+		t.Errorf("map full %d; want 0", h.last.MapFull)
 	}
 }
 
