@@ -257,11 +257,12 @@ static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool 
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
-/* tcp_state records a TCP socket's move from oldstate to newstate. */
-static __always_inline void tcp_state(struct sock *sk, int oldstate, int newstate)
+/* A TCP socket moves from oldstate to newstate. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
 	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
-		return;
+		return 0;
 	/* A child socket is cloned from its listener into SYN_RECV, in
 	 * softirq, still carrying the listener's cookie (reset only later on
 	 * 5.10 and 6.1): it is taken as born when it becomes ESTABLISHED,
@@ -269,7 +270,7 @@ static __always_inline void tcp_state(struct sock *sk, int oldstate, int newstat
 	 * dies in SYN_RECV instead (it lost a race with a twin created for the
 	 * same handshake) was never a connection of its own. */
 	if (newstate == TCP_SYN_RECV || (oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE))
-		return;
+		return 0;
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
 	/* connect() and listen() start a socket's life in its process. */
 	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
@@ -278,7 +279,7 @@ static __always_inline void tcp_state(struct sock *sk, int oldstate, int newstat
 		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
 	struct conn *c = tcp_entry(sk, cookie, true, started || accepted ? 0 : CONN_PARTIAL);
 	if (!c)
-		return;
+		return 0;
 	if (started)
 		set_owner(&c->owner, sk);
 	refresh(c, sk);
@@ -297,19 +298,12 @@ static __always_inline void tcp_state(struct sock *sk, int oldstate, int newstat
 			c->owner = *o;
 	}
 	if (newstate != TCP_CLOSE)
-		return;
+		return 0;
 	if (oldstate == TCP_LISTEN)
 		bpf_map_delete_elem(&listeners, &lk);
 	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
 		count_drop(DROP_LOST);
-	bpf_map_delete_elem(&conns, &cookie);
-}
-
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
-{
-	tcp_state(sk, oldstate, newstate);
-	return 0;
+	bpf_map_delete_elem(&conns, &cookie);	return 0;
 }
 
 /* socket_io records a send or receive call that returned ret on socket sk,
