@@ -216,8 +216,8 @@ type selectedConns struct {
 	sel     *connSelector
 }
 
-func (s selectedConns) Snapshot() (conn.Snapshot, error) {
-	snap, err := s.tracker.Snapshot()
+func (s selectedConns) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
+	snap, err := s.tracker.SnapshotInto(records)
 	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.match(&r) })
 	return snap, err
 }

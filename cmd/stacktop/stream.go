@@ -104,11 +104,13 @@ their final totals [CLOSED], and connections that existed before start-up
 func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
 		writers := append([]output.Writer{output.New(f.run.Format, stdout)}, logs...)
+		var records []conn.Record // written, then lent back for the next refresh
 		return f.run.Loop(ctx, func(bool) error {
-			snap, err := t.Snapshot()
+			snap, err := t.SnapshotInto(records)
 			if err != nil {
 				return err
 			}
+			records = snap.Records
 			return writeAll(writers, snap)
 		})
 	})

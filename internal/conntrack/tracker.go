@@ -202,7 +202,13 @@ func (t *Tracker) Close() error {
 // appearance, update afterwards), every connection that closed since the
 // previous call (event closed, final totals, reported once), rates over the
 // time since the previous call, and the cumulative loss counters.
-func (t *Tracker) Snapshot() (conn.Snapshot, error) {
+func (t *Tracker) Snapshot() (conn.Snapshot, error) { return t.SnapshotInto(nil) }
+
+// SnapshotInto is Snapshot with the records appended to records[:0]: a
+// caller that refreshes often lends back the previous snapshot's slice once
+// it is done with it, rather than leaving it (200 bytes a record) to the
+// garbage collector every refresh.
+func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -212,7 +218,7 @@ func (t *Tracker) Snapshot() (conn.Snapshot, error) {
 	s.begin()
 	// Sized for as many records as the last refresh had, so that appending
 	// them does not copy them over and over.
-	snap := conn.Snapshot{Time: now, Records: make([]conn.Record, 0, s.selected+s.selected/8)}
+	snap := conn.Snapshot{Time: now, Records: slices.Grow(records[:0], s.selected+s.selected/8)}
 	emit := func(r *conn.Record, prev totals, seen, closed bool) {
 		r.TS = now
 		switch {

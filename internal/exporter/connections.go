@@ -17,9 +17,10 @@ import (
 
 // ConnSource yields connection snapshots. Each call returns every live
 // connection, plus each connection closed since the previous call exactly
-// once with its final totals; Lost and MapFull count since start.
+// once with its final totals; Lost and MapFull count since start. The
+// records are appended to records[:0] (the previous snapshot's, lent back).
 type ConnSource interface {
-	Snapshot() (conn.Snapshot, error)
+	SnapshotInto(records []conn.Record) (conn.Snapshot, error)
 }
 
 // groupIdleTTL is how long an aggregate (comm, cgroup, protocol) outlives its
@@ -143,8 +144,10 @@ func (h *rttHistogram) observe(us uint32) {
 func (c *Connections) Poll(ctx context.Context, src ConnSource, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var records []conn.Record // Add copies what it keeps
 	for {
-		s, err := src.Snapshot()
+		s, err := src.SnapshotInto(records)
+		records = s.Records
 		if err != nil {
 			slog.Warn("connection snapshot failed", "err", err)
 			c.mu.Lock()
