@@ -34,9 +34,10 @@ type latencyHistValue struct {
 }
 
 type latencyPendingRead struct {
-	_  structs.HostLayout
-	Sk uint64
-	S  struct {
+	_    structs.HostLayout
+	Task uint64
+	Sk   uint64
+	S    struct {
 		_       structs.HostLayout
 		Skb     uint64
 		Tstamp  int64
