@@ -30,10 +30,36 @@ func TestSortOrdersByTuple(t *testing.T) {
 			Netns:      []uint32{1, 4026531833, 1 << 31}[rng.IntN(3)],
 		})
 	}
-	want := slices.Clone(records)
 	var s scratch
-	s.sort(records)
-	got := records
+	requireSorted(t, &s, records)
+}
+
+// TestSortAgainAfterChanges: a refresh whose records come in the same
+// sequence as the last one reuses its order; one that differs in a single
+// record, or in length, is sorted afresh. Each comes out in tuple order.
+func TestSortAgainAfterChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var records []conn.Record
+	for range 500 {
+		records = append(records, conn.Record{Proto: "tcp", LocalAddr: netip.MustParseAddr("127.0.0.1"),
+			LocalPort: uint16(rng.IntN(65536)), RemoteAddr: netip.MustParseAddr("127.0.0.1"), RemotePort: 80})
+	}
+	var s scratch
+	requireSorted(t, &s, records)
+	requireSorted(t, &s, records) // the same sequence
+	changed := slices.Clone(records)
+	changed[250].LocalPort++
+	requireSorted(t, &s, changed)
+	requireSorted(t, &s, records[:400])
+	requireSorted(t, &s, records)
+}
+
+// requireSorted sorts a copy of in with s and checks the result against
+// comparing the fields in turn.
+func requireSorted(t *testing.T, s *scratch, in []conn.Record) {
+	t.Helper()
+	got, want := slices.Clone(in), slices.Clone(in)
+	s.sort(got)
 	slices.SortStableFunc(want, func(a, b conn.Record) int {
 		return cmp.Or(cmp.Compare(a.Proto, b.Proto),
 			a.LocalAddr.Compare(b.LocalAddr), cmp.Compare(a.LocalPort, b.LocalPort),

@@ -267,12 +267,19 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 		prev, seen := s.tcp.report(c.Cookie, &r, false, s.refresh)
 		emit(&r, prev, seen, false)
 	}
+	// In cookie order, not the map's random order: an unchanged table then
+	// gives the same sequence of records every refresh (see scratch.sort).
+	s.idle = s.idle[:0]
 	for cookie, p := range t.preexisting {
 		if p.inKernel != s.refresh {
-			r := p.rec
-			prev, seen := s.tcp.report(cookie, &r, false, s.refresh)
-			emit(&r, prev, seen, false)
+			s.idle = append(s.idle, cookie)
 		}
+	}
+	slices.Sort(s.idle)
+	for _, cookie := range s.idle {
+		r := t.preexisting[cookie].rec
+		prev, seen := s.tcp.report(cookie, &r, false, s.refresh)
+		emit(&r, prev, seen, false)
 	}
 	if err := t.udpFlows(emit); err != nil {
 		return snap, err
