@@ -41,6 +41,7 @@ char LICENSE[] SEC("license") = "GPL";
 enum drop_counter {
 	DROP_LOST = 0,     /* ring buffer full: a closed event was not delivered */
 	DROP_MAP_FULL = 1, /* a new connection or flow found its map full */
+	DROP_COVERED = 2,  /* state changes conns_tcp_state_spare applied (see there) */
 	DROP_NR,
 };
 
@@ -257,12 +258,11 @@ static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool 
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
-/* A TCP socket moves from oldstate to newstate. */
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+/* tcp_state_change records a TCP socket's move from oldstate to newstate. */
+static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int newstate)
 {
 	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
-		return 0;
+		return;
 	/* A child socket is cloned from its listener into SYN_RECV, in
 	 * softirq, still carrying the listener's cookie (reset only later on
 	 * 5.10 and 6.1): it is taken as born when it becomes ESTABLISHED,
@@ -270,7 +270,7 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 	 * dies in SYN_RECV instead (it lost a race with a twin created for the
 	 * same handshake) was never a connection of its own. */
 	if (newstate == TCP_SYN_RECV || (oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE))
-		return 0;
+		return;
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
 	/* connect() and listen() start a socket's life in its process. */
 	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
@@ -279,7 +279,7 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
 	struct conn *c = tcp_entry(sk, cookie, true, started || accepted ? 0 : CONN_PARTIAL);
 	if (!c)
-		return 0;
+		return;
 	if (started)
 		set_owner(&c->owner, sk);
 	refresh(c, sk);
@@ -298,12 +298,63 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 			c->owner = *o;
 	}
 	if (newstate != TCP_CLOSE)
-		return 0;
+		return;
 	if (oldstate == TCP_LISTEN)
 		bpf_map_delete_elem(&listeners, &lk);
 	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
 		count_drop(DROP_LOST);
-	bpf_map_delete_elem(&conns, &cookie);	return 0;
+	bpf_map_delete_elem(&conns, &cookie);
+}
+
+/*
+ * The kernel skips a tracing program's run while the same program is
+ * already running on the CPU: a state change in softirq that interrupts one
+ * in process context (mass closes do this all the time), or on 7.x a task
+ * preempted inside the program. Two programs share the tracepoint and are
+ * called in the order they were attached: conns_tcp_state applies every
+ * change it runs for and then marks the socket with it;
+ * conns_tcp_state_spare applies only a change the socket is not marked
+ * with, i.e. one the first program's run was skipped for. Changes of one
+ * socket do not interrupt each other (the socket lock serialises them), so
+ * a mark per socket tells events apart where per-CPU state cannot: it holds
+ * across a preemption between the two programs. Keyed by the socket's
+ * address: a socket reusing a freed one's memory starts with a move out of
+ * TCP_CLOSE, which no last move of the old one (into TCP_CLOSE) equals.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* a mark only has to live from one program to the next */
+	__type(key, u64);
+	__type(value, u32);
+} state_marks SEC(".maps");
+
+static __always_inline u32 state_mark(int oldstate, int newstate)
+{
+	return (u32)oldstate << 16 | (u32)newstate;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 mark = state_mark(oldstate, newstate);
+
+	tcp_state_change(sk, oldstate, newstate);
+	bpf_map_update_elem(&state_marks, &key, &mark, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 *mark = bpf_map_lookup_elem(&state_marks, &key);
+
+	if (mark && *mark == state_mark(oldstate, newstate))
+		return 0; /* conns_tcp_state ran for it */
+	tcp_state_change(sk, oldstate, newstate);
+	count_drop(DROP_COVERED);
+	return 0;
 }
 
 /* socket_io records a send or receive call that returned ret on socket sk,

@@ -79,6 +79,7 @@ const (
 	connsMapFlows                   = "flows"
 	connsMapListeners               = "listeners"
 	connsMapOwners                  = "owners"
+	connsMapStateMarks              = "state_marks"
 	connsProgConnsFexitRecv         = "conns_fexit_recv"
 	connsProgConnsFexitRecvAddrLen  = "conns_fexit_recv_addr_len"
 	connsProgConnsFexitRecvNonblock = "conns_fexit_recv_nonblock"
@@ -86,6 +87,7 @@ const (
 	connsProgConnsRecv              = "conns_recv"
 	connsProgConnsSend              = "conns_send"
 	connsProgConnsTcpState          = "conns_tcp_state"
+	connsProgConnsTcpStateSpare     = "conns_tcp_state_spare"
 	connsProgConnsUdpEgress         = "conns_udp_egress"
 	connsProgConnsUdpIngress        = "conns_udp_ingress"
 	connsVarTracingCookie           = "tracing_cookie"
@@ -140,6 +142,7 @@ type connsProgramSpecs struct {
 	ConnsRecv              *ebpf.ProgramSpec `ebpf:"conns_recv"`
 	ConnsSend              *ebpf.ProgramSpec `ebpf:"conns_send"`
 	ConnsTcpState          *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare     *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
 	ConnsUdpEgress         *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
 	ConnsUdpIngress        *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
 }
@@ -148,12 +151,13 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	Closed    *ebpf.MapSpec `ebpf:"closed"`
-	Conns     *ebpf.MapSpec `ebpf:"conns"`
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Flows     *ebpf.MapSpec `ebpf:"flows"`
-	Listeners *ebpf.MapSpec `ebpf:"listeners"`
-	Owners    *ebpf.MapSpec `ebpf:"owners"`
+	Closed     *ebpf.MapSpec `ebpf:"closed"`
+	Conns      *ebpf.MapSpec `ebpf:"conns"`
+	Drops      *ebpf.MapSpec `ebpf:"drops"`
+	Flows      *ebpf.MapSpec `ebpf:"flows"`
+	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
+	Owners     *ebpf.MapSpec `ebpf:"owners"`
+	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -183,12 +187,13 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	Closed    *ebpf.Map `ebpf:"closed"`
-	Conns     *ebpf.Map `ebpf:"conns"`
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Flows     *ebpf.Map `ebpf:"flows"`
-	Listeners *ebpf.Map `ebpf:"listeners"`
-	Owners    *ebpf.Map `ebpf:"owners"`
+	Closed     *ebpf.Map `ebpf:"closed"`
+	Conns      *ebpf.Map `ebpf:"conns"`
+	Drops      *ebpf.Map `ebpf:"drops"`
+	Flows      *ebpf.Map `ebpf:"flows"`
+	Listeners  *ebpf.Map `ebpf:"listeners"`
+	Owners     *ebpf.Map `ebpf:"owners"`
+	StateMarks *ebpf.Map `ebpf:"state_marks"`
 }
 
 func (m *connsMaps) Close() error {
@@ -199,6 +204,7 @@ func (m *connsMaps) Close() error {
 		m.Flows,
 		m.Listeners,
 		m.Owners,
+		m.StateMarks,
 	)
 }
 
@@ -220,6 +226,7 @@ type connsPrograms struct {
 	ConnsRecv              *ebpf.Program `ebpf:"conns_recv"`
 	ConnsSend              *ebpf.Program `ebpf:"conns_send"`
 	ConnsTcpState          *ebpf.Program `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare     *ebpf.Program `ebpf:"conns_tcp_state_spare"`
 	ConnsUdpEgress         *ebpf.Program `ebpf:"conns_udp_egress"`
 	ConnsUdpIngress        *ebpf.Program `ebpf:"conns_udp_ingress"`
 }
@@ -233,6 +240,7 @@ func (p *connsPrograms) Close() error {
 		p.ConnsRecv,
 		p.ConnsSend,
 		p.ConnsTcpState,
+		p.ConnsTcpStateSpare,
 		p.ConnsUdpEgress,
 		p.ConnsUdpIngress,
 	)

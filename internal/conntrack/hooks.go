@@ -32,7 +32,9 @@ type candidate struct {
 }
 
 var hooks = []hook{
-	{"tcp-state", true, []candidate{tracing("conns_tcp_state")}},
+	// The spare applies the state changes whose conns_tcp_state run the
+	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
+	{"tcp-state", true, []candidate{tracing("conns_tcp_state", spareProgram)}},
 	{"sock-send", false, []candidate{
 		fexit(map[int]string{3: "conns_fexit_send"}, "tcp_sendmsg", "udp_sendmsg", "udpv6_sendmsg"),
 		tracing("conns_send"),
@@ -46,12 +48,24 @@ var hooks = []hook{
 	{"udp-egress", true, []candidate{cgroupSKB("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
 }
 
-// tracing is a tp_btf program of the tracepoint backend.
-func tracing(program string) candidate {
+// spareProgram runs second on inet_sock_set_state. Its own skipped runs
+// lose nothing unless conns_tcp_state's run was skipped too, which the
+// first program's count of skipped runs less the spare's applied ones tells.
+const spareProgram = "conns_tcp_state_spare"
+
+// tracing is one or more tp_btf programs of the tracepoint backend, attached
+// in this order: a tracepoint calls its programs in the order they attached.
+func tracing(programs ...string) candidate {
 	return candidate{features.Tracepoint, func(t *Tracker) error {
-		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
-		})
+		for _, program := range programs {
+			err := t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}}
 }
 
@@ -186,12 +200,13 @@ func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (l
 		prog.Close()
 		return fmt.Errorf("attach %s: %w", what, err)
 	}
-	t.attached = append(t.attached, attachment{prog, l})
+	t.attached = append(t.attached, attachment{program, prog, l})
 	return nil
 }
 
 // attachment is one attached program.
 type attachment struct {
+	name string
 	prog *ebpf.Program
 	link link.Link
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,8 @@ const flagPartial = 1
 const (
 	dropLost     = 0
 	dropMapFull  = 1
-	dropCounters = 2
+	dropCovered  = 2
+	dropCounters = 3
 )
 
 // Capacity of the kernel tables (--max-connections). The default holds
@@ -151,9 +153,17 @@ func (t *Tracker) loadMaps() error {
 	if err := t.spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return fmt.Errorf("creating connection maps: %w", err)
 	}
+	// Every map the programs share: a program loaded without its
+	// replacement here would silently get a map of its own.
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
 		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
+		"state_marks": t.objs.StateMarks,
+	}
+	for name := range t.spec.Maps {
+		if _, shared := t.maps[name]; !shared && !strings.HasPrefix(name, ".") { // .rodata: constants
+			return fmt.Errorf("map %s is not shared between the connection programs", name)
+		}
 	}
 	return nil
 }
@@ -349,8 +359,10 @@ func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
 // ring buffer or the collector had no room for, and runs of our programs
 // the kernel skipped because the same program was already running on that
 // CPU (interrupted by a softirq, or preempted by a task, that hit the hook
-// again; 5.12+ counts them): each is an event whose bytes, owner or close
-// the tracker never saw.
+// again; 5.12+ counts them) and no other program made up for: each is an
+// event whose bytes, owner or close the tracker never saw. State changes
+// have a spare program; its own skipped runs are not losses, and the
+// changes it applied are not either.
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	var sums [dropCounters]uint64
 	for idx := range sums {
@@ -364,11 +376,17 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	var skipped uint64
 	for _, a := range t.attached {
+		if a.name == spareProgram {
+			continue
+		}
 		s, err := a.prog.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading program statistics: %w", err)
 		}
 		skipped += s.RecursionMisses
 	}
+	// Never below zero: the counters are read one after the other while
+	// programs run.
+	skipped -= min(skipped, sums[dropCovered])
 	return sums[dropLost] + t.closed.lost.Load() + skipped, sums[dropMapFull], nil
 }
