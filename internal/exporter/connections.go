@@ -244,7 +244,7 @@ var (
 		"Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.",
 		[]string{"comm", "cgroup"}, nil)
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
-		"Events the kernel could not hand to stacktop because the ring buffer was full.", []string{"source"}, nil)
+		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
 		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
 

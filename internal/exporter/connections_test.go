@@ -290,7 +290,7 @@ stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="4.194304"} 
 stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="+Inf"} 3
 stacktop_tcp_rtt_seconds_sum{cgroup="/user.slice",comm="curl"} 0.000208
 stacktop_tcp_rtt_seconds_count{cgroup="/user.slice",comm="curl"} 3
-# HELP stacktop_lost_events_total Events the kernel could not hand to stacktop because the ring buffer was full.
+# HELP stacktop_lost_events_total Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.
 # TYPE stacktop_lost_events_total counter
 stacktop_lost_events_total{source="connections"} 5
 # HELP stacktop_map_full_total Kernel-side updates dropped because a BPF map was full.
