@@ -120,7 +120,7 @@ func TestValidMaxConnections(t *testing.T) {
 // TestMassClose: 1,500 loopback connections that each carried 100 bytes,
 // closed all at once, give exactly 3,000 closed records (both ends) with
 // exact totals, none twice, and nothing lost (in an emulated guest, see
-// requireExact). Closing in bulk can make softirq state changes interrupt
+// testenv.RequireExact). Closing in bulk can make softirq state changes interrupt
 // process-context ones on the same CPU, whose conns_tcp_state run the
 // kernel then skips and conns_tcp_state_spare applies. How often is a
 // matter of timing (hundreds of 4,500 for connections that carried no data
@@ -217,7 +217,7 @@ func TestMassClose(t *testing.T) {
 			ports[key] = true
 		}
 	}
-	requireExact(t, wrong, h.last.Lost)
+	testenv.RequireExact(t, wrong, h.last.Lost)
 }
 
 // skippedStateRuns is how many runs of conns_tcp_state the kernel skipped.

@@ -36,7 +36,7 @@ func find(rs []conn.Record, pred func(*conn.Record) bool) []conn.Record {
 // TestTCPExactBytes: a client process sends exactly 1 MiB and receives
 // exactly 512 KiB; both ends report those bytes, their own PIDs and enough
 // segments, over IPv4, IPv6 and IPv4 into a dual-stack IPv6 socket (in an
-// emulated guest, see requireExact).
+// emulated guest, see testenv.RequireExact).
 func TestTCPExactBytes(t *testing.T) {
 	const sent, received = 1 << 20, 1 << 19
 	p := testenv.NewPeer(t, "stc-bytes", 50)
@@ -97,7 +97,7 @@ func TestTCPExactBytes(t *testing.T) {
 					t.Errorf("%s: unexpected record %+v", c.name, r)
 				}
 			}
-			requireExact(t, wrong, h.last.Lost-before.Lost)
+			testenv.RequireExact(t, wrong, h.last.Lost-before.Lost)
 			if h.last.MapFull != 0 {
 				t.Errorf("map full %d; want 0", h.last.MapFull)
 			}
@@ -107,7 +107,7 @@ func TestTCPExactBytes(t *testing.T) {
 
 // TestShortLivedConnections: 500 connections that each carry 1 KiB and close
 // between two snapshots are all reported closed with exact totals (in an
-// emulated guest, see requireExact).
+// emulated guest, see testenv.RequireExact).
 func TestShortLivedConnections(t *testing.T) {
 	const n, size = 500, 1024
 	p := testenv.NewPeer(t, "stc-short", 51)
@@ -152,7 +152,7 @@ func TestShortLivedConnections(t *testing.T) {
 		wrong = append(wrong, fmt.Sprintf("%d distinct client connections in %d closed events (a connection was reported twice)", len(ports), len(clients)))
 	}
 	t.Logf("%d snapshots after the client finished; lost %d, map full %d", h.snapshots, h.last.Lost, h.last.MapFull)
-	requireExact(t, wrong, h.last.Lost)
+	testenv.RequireExact(t, wrong, h.last.Lost)
 	if h.last.MapFull != 0 {
 		t.Errorf("map full %d; want 0", h.last.MapFull)
 	}

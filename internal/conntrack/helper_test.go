@@ -230,31 +230,6 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 }
 
 // history accumulates snapshots: closed records are reported only once.
-// requireExact fails the test for each wrong result and for lost events:
-// on a real machine the tracker must be exact and lose nothing.
-//
-// In an emulated guest (the kernel matrix under qemu TCG) programs run so
-// slowly that a task is often preempted inside one, and the kernel then
-// skips (and counts) the next run of that program on the CPU: 7.x runs
-// tracing programs with only migration disabled. There, and only there, the
-// results are accepted when the tracker reported at least as many lost
-// events as results came out wrong: a counted loss, not a silent error.
-func requireExact(t *testing.T, wrong []string, lost uint64) {
-	t.Helper()
-	if testenv.InGuest() && uint64(len(wrong)) <= lost {
-		if lost > 0 {
-			t.Logf("emulated guest: %d lost events account for %d wrong results: %q", lost, len(wrong), wrong)
-		}
-		return
-	}
-	for _, w := range wrong {
-		t.Error(w)
-	}
-	if lost != 0 {
-		t.Errorf("lost %d events; want 0", lost)
-	}
-}
-
 type history struct {
 	last      conn.Snapshot
 	closed    []conn.Record
