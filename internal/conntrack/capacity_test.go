@@ -120,9 +120,9 @@ func TestValidMaxConnections(t *testing.T) {
 // TestMassClose: 1,500 loopback connections that each carried 100 bytes,
 // closed all at once, give exactly 3,000 closed records (both ends) with
 // exact totals, none twice, and nothing lost (in an emulated guest, see
-// testenv.RequireExact). Closing in bulk can make softirq state changes interrupt
-// process-context ones on the same CPU, whose conns_tcp_state run the
-// kernel then skips and conns_tcp_state_spare applies. How often is a
+// testenv.RequireExact). Closing in bulk can make softirq state changes
+// interrupt process-context ones on the same CPU, whose conns_tcp_state run
+// the kernel then skips and conns_tcp_state_spare applies. How often is a
 // matter of timing (hundreds of 4,500 for connections that carried no data
 // here, usually none in this test): the test logs it, and holds the spare
 // to applying nothing twice.
@@ -184,11 +184,7 @@ func TestMassClose(t *testing.T) {
 	clients, servers = nil, nil
 	isClient := func(r *conn.Record) bool { return r.Proto == "tcp" && r.RemotePort == port }
 	isServer := func(r *conn.Record) bool { return r.Proto == "tcp" && r.LocalPort == port && r.State != "LISTEN" }
-	const settle = 30 // snapshots (3 s) for the last closes to arrive when some were lost
-	h := poll(t, tr, func(h *history) bool {
-		complete := len(find(h.closed, isClient)) >= n && len(find(h.closed, isServer)) >= n
-		return complete || (testenv.InGuest() && h.last.Lost > 0 && h.snapshots >= settle)
-	})
+	h := pollClosed(t, tr, n, isClient, isServer)
 	t.Logf("the kernel skipped %d runs of conns_tcp_state while they closed", skippedStateRuns(t, tr)-skippedBefore)
 	var wrong []string
 	for _, side := range []struct {

@@ -121,11 +121,7 @@ func TestShortLivedConnections(t *testing.T) {
 		"STC_RECV=0", "STC_COUNT="+strconv.Itoa(n))
 	isClient := func(r *conn.Record) bool { return r.RemotePort == port && r.RemoteAddr == p.PeerIP4 }
 	isServer := func(r *conn.Record) bool { return r.LocalPort == port && r.State != "LISTEN" }
-	const settle = 30 // snapshots (3 s) for the last closes to arrive when some were lost
-	h := poll(t, tr, func(h *history) bool {
-		complete := len(find(h.closed, isClient)) >= n && len(find(h.closed, isServer)) >= n
-		return complete || (testenv.InGuest() && h.last.Lost > 0 && h.snapshots >= settle)
-	})
+	h := pollClosed(t, tr, n, isClient, isServer)
 	clients, servers := find(h.closed, isClient), find(h.closed, isServer)
 	var wrong []string
 	for _, side := range []struct {
