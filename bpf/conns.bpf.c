@@ -3,37 +3,87 @@
  * Connection tracking for `stacktop top/stream`.
  *
  * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
- * lifecycle comes from tp_btf/inet_sock_set_state; bytes are the return
- * values of the send and receive calls, i.e. bytes that actually moved: of
- * sock_sendmsg/sock_recvmsg (tp_btf/sock_send_length and sock_recv_length,
- * the tracepoint backend) or of tcp_sendmsg/tcp_recvmsg and their UDP
- * counterparts (fexit, the fentry backend), both recorded by socket_io().
- * Segments, smoothed RTT and retransmits are copied from the kernel's own
- * tcp_sock counters at every event of the socket. When a socket reaches
- * TCP_CLOSE its final entry goes to the ring buffer and the entry is deleted.
+ * lifecycle comes from tp_btf/inet_sock_set_state. No program runs on the
+ * data path: bytes, segments, smoothed RTT and retransmits are the kernel's
+ * own tcp_sock counters, read by conns_refresh (an iterator over `conns`
+ * that user space runs once per refresh) and at every state change, a last
+ * time at TCP_CLOSE, whose final entry goes to the ring buffer before the
+ * entry is deleted. Bytes are what the application wrote and read, derived
+ * from sequence space (see tcp_bytes()).
  *
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
  * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
  * datagram with its socket, so unconnected sockets are split by peer.
  *
- * Owners (pid, comm, cgroup, netns) are taken only in process context (the
- * send/recv syscalls, connect and listen) and kept with the socket: in the
- * TCP entry itself, and for UDP in the `owners` LRU map keyed by cookie,
- * which the softirq-side cgroup_skb programs read. The current task in
- * softirq is whoever was interrupted and is never used.
+ * Owners (pid, comm, cgroup, netns) are taken only in process context and
+ * kept with the socket: connect() and listen() (state changes in the
+ * caller), the exit of accept()/accept4() for accepted sockets, socket()
+ * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
+ * softirq-side cgroup_skb programs read). The current task in softirq is
+ * whoever was interrupted and is never used.
  */
 #include "stacktop.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* Kernel types only this object reads, relocated like stacktop.h's; the
+ * ___conns flavours are the kernel's struct of that name. */
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+struct sock_common___conns {
+	unsigned long skc_flags; /* sk_flags: enum sock_flags bits */
+};
+
+struct tcp_sock___conns {
+	u32 write_seq;
+};
+
+struct file {
+	void *private_data;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
+struct socket {
+	struct sock *sk;
+};
+
+struct nsproxy {
+	struct net *net_ns;
+};
+
+struct task_struct___conns {
+	struct files_struct *files;
+	struct nsproxy *nsproxy;
+};
+
+struct bpf_iter_meta;
+
+struct bpf_iter__tcp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *sk_common;
+	u32 uid;
+};
+
+#pragma clang attribute pop
+
 #define TCP_ESTABLISHED 1
 #define TCP_SYN_SENT 2
 #define TCP_SYN_RECV 3
+#define TCP_FIN_WAIT1 4
+#define TCP_FIN_WAIT2 5
+#define TCP_TIME_WAIT 6
 #define TCP_CLOSE 7
+#define TCP_LAST_ACK 9
 #define TCP_LISTEN 10
-#define SOCK_STREAM 1
-#define SOCK_DGRAM 2
-#define MSG_PEEK 2
+#define TCP_CLOSING 11
+#define SOCK_DONE 1 /* enum sock_flags: set by tcp_fin() when the peer's FIN arrives */
 
 #define MAX_CONNS 65536
 #define MAX_FLOWS 65536
@@ -46,7 +96,8 @@ enum drop_counter {
 };
 
 enum conn_flags {
-	CONN_PARTIAL = 1, /* first seen after its start: counters are incomplete */
+	CONN_PARTIAL = 1, /* first seen after its start (existed before stacktop) */
+	CONN_ACTIVE = 2,  /* this end sent the SYN (connect()): write_seq counts it */
 };
 
 struct owner {
@@ -58,6 +109,7 @@ struct owner {
 
 struct conn {
 	u64 cookie;
+	u64 sk; /* the socket's address: accepted() checks it found the right entry */
 	u64 bytes_in;
 	u64 bytes_out;
 	u64 packets_in;
@@ -135,6 +187,16 @@ struct {
 	__type(value, struct owner);
 } listeners SEC(".maps");
 
+/* Network namespaces that have tracked sockets, for user space: the
+ * iterators walk one namespace at a time. An entry's creation adds its
+ * namespace; user space takes the new ones and removes them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} netns_new SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
@@ -160,15 +222,6 @@ static __always_inline void count_drop(u32 which)
  * socket instead and is 0 until something (sock_diag, a cgroup_skb program)
  * asks for it. */
 const volatile bool tracing_cookie = true;
-
-/* socket_cookie returns the socket's cookie, or 0 where the kernel cannot
- * give one to a tracing program and none was made yet. */
-static __always_inline u64 socket_cookie(struct sock *sk)
-{
-	if (tracing_cookie)
-		return bpf_get_socket_cookie(sk);
-	return BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
-}
 
 /* tcp_key is the socket's key in `conns`: its cookie or, on kernels where
  * a tracing program cannot make one, its address until it has one. A
@@ -208,16 +261,58 @@ static __always_inline bool is_inet(const struct sock *sk, u16 type, u16 protoco
 	       BPF_CORE_READ(sk, sk_protocol) == protocol;
 }
 
-/* refresh copies what changes over a connection's life from the socket. */
-static __always_inline void refresh(struct conn *c, const struct sock *sk)
+/* fin_queued reports whether our FIN is in write_seq in this state:
+ * tcp_send_fin() runs right after the move into FIN_WAIT1 or LAST_ACK, so a
+ * state change passes the state the FIN was (or was not) sent from. */
+static __always_inline bool fin_queued(int state)
+{
+	return state == TCP_FIN_WAIT1 || state == TCP_FIN_WAIT2 || state == TCP_CLOSING ||
+	       state == TCP_LAST_ACK || state == TCP_TIME_WAIT;
+}
+
+/*
+ * tcp_bytes derives the bytes the application read and wrote from the
+ * socket's sequence space, so that no program has to run per call.
+ *
+ * Read: bytes_received counts every in-order byte the peer sent, its FIN
+ * included (tcp_rcv_nxt_update(); the SYN is not), and rcv_nxt - copied_seq
+ * is what sits in the receive queue unread. recvmsg() moves copied_seq past
+ * the FIN when it returns end-of-file: a FIN that arrived (SOCK_DONE) and is
+ * not in the unread part was read, and is taken off.
+ *
+ * Written: bytes_acked counts what the peer acknowledged (our SYN included
+ * on the connecting side: its snd_una starts at the SYN, an accepted
+ * socket's after it), write_seq - snd_una what the application queued that
+ * is not acknowledged yet; our SYN and FIN each take one sequence number.
+ *
+ * Both stay exact past 4 GiB: the 64-bit counters carry the total, the
+ * 32-bit differences are bounded by the buffers.
+ */
+static __always_inline void tcp_bytes(struct conn *c, const struct sock *sk, int fin_state)
+{
+	const struct tcp_sock *tp = (const void *)sk;
+	u64 received = BPF_CORE_READ(tp, bytes_received);
+	u32 unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
+	bool fin_in = BPF_CORE_READ((const struct sock_common___conns *)&sk->__sk_common, skc_flags) & (1UL << SOCK_DONE);
+	u64 in = received - unread - (fin_in && !unread);
+	u64 out = BPF_CORE_READ(tp, bytes_acked) + (u32)(BPF_CORE_READ((const struct tcp_sock___conns *)tp, write_seq) - BPF_CORE_READ(tp, snd_una));
+	u64 control = !!(c->flags & CONN_ACTIVE) + fin_queued(fin_state);
+
+	c->bytes_in = in > received ? 0 : in; /* never wraps, even on a torn read */
+	c->bytes_out = out > control ? out - control : 0;
+}
+
+/* refresh copies what changes over a connection's life from the socket;
+ * fin_state is the state that says whether our FIN is in its sequence space. */
+static __always_inline void refresh(struct conn *c, const struct sock *sk, int fin_state)
 {
 	const struct tcp_sock *tp = (const void *)sk;
 
+	tcp_bytes(c, sk, fin_state);
 	c->packets_in = BPF_CORE_READ(tp, segs_in);
 	c->packets_out = BPF_CORE_READ(tp, segs_out);
 	c->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
 	c->retrans = BPF_CORE_READ(tp, total_retrans);
-	c->state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	c->owner.netns = sock_netns(sk); /* the socket's, known even before its owner */
 }
 
@@ -239,22 +334,38 @@ static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
 	c->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 }
 
-/* tcp_entry returns the socket's entry, creating it when create is set. */
-static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool create, u8 flags)
+/* active_guess tells whether a socket first seen after its start made its
+ * connection with connect(): unless its local port is a known listener's. */
+static __always_inline bool active_guess(const struct conn *c)
+{
+	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
+	return !bpf_map_lookup_elem(&listeners, &lk);
+}
+
+/* tcp_entry returns the socket's entry, creating it with flags when create
+ * is set; fin_state as for refresh(). */
+static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool create, u8 flags, int fin_state)
 {
 	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
 	if (c || !create)
 		return c;
 	/* User space reads the table while programs run: an entry is inserted
 	 * complete, never seen without its addresses and state. */
-	struct conn fresh = { .cookie = cookie, .flags = flags };
-	refresh(&fresh, sk);
+	struct conn fresh = { .cookie = cookie, .sk = (u64)sk, .flags = flags };
 	read_tuple(&fresh, sk);
+	fresh.owner.netns = sock_netns(sk);
+	if ((flags & CONN_PARTIAL) && active_guess(&fresh))
+		fresh.flags |= CONN_ACTIVE;
+	fresh.state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	refresh(&fresh, sk, fin_state);
 	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: another CPU created it first */) {
 		count_drop(DROP_MAP_FULL);
 		return NULL;
 	}
+	u8 one = 1;
+	if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
+		bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
@@ -274,25 +385,29 @@ static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int 
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
 	/* connect() and listen() start a socket's life in its process. */
 	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
+	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
+	 * a move into TCP_CLOSE keeps what the state before it had queued. */
+	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
+				oldstate : newstate;
 	u64 cookie = tcp_key(sk);
 	if (started)
 		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
-	struct conn *c = tcp_entry(sk, cookie, true, started || accepted ? 0 : CONN_PARTIAL);
+	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
+	struct conn *c = tcp_entry(sk, cookie, true, flags, fin_state);
 	if (!c)
 		return;
 	if (started)
 		set_owner(&c->owner, sk);
-	refresh(c, sk);
 	if (newstate != TCP_CLOSE || !c->family)
 		read_tuple(c, sk);
+	refresh(c, sk, fin_state);
 	c->state = newstate; /* the socket's own field changes after the tracepoint */
 	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
 	if (newstate == TCP_LISTEN)
 		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
 	if (accepted) {
-		/* Its local port is its listener's. A fast-open child may have
-		 * been read already: it keeps what it has, but is whole. */
-		c->flags &= ~CONN_PARTIAL;
+		/* Its local port is its listener's; it is whole. */
+		c->flags &= ~(CONN_PARTIAL | CONN_ACTIVE);
 		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
 		if (o && !c->owner.pid)
 			c->owner = *o;
@@ -357,91 +472,126 @@ int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
-/* socket_io records a send or receive call that returned ret on socket sk,
- * in the calling process. */
-static __always_inline void socket_io(struct sock *sk, int ret, int flags, bool in)
+/* tcp_socket returns the full TCP socket an iterator visits, or NULL for a
+ * time-wait or request socket, one not bound to a connection yet or gone
+ * (CLOSE), or a child still in SYN_RECV (taken at its ESTABLISHED). */
+static __always_inline struct sock *tcp_socket(struct sock_common *skc)
 {
-	/* A failed or peeking call moved no bytes, but it still tells whose
-	 * socket this is (an accepted socket's first read is often EAGAIN). */
-	if (ret < 0 || (in && (flags & MSG_PEEK)))
-		ret = 0;
-	if (is_inet(sk, SOCK_DGRAM, IPPROTO_UDP)) {
-		/* Without a cookie no datagram of it was seen yet either. */
-		u64 cookie = socket_cookie(sk);
-		if (!cookie)
-			return;
-		struct owner *known = bpf_map_lookup_elem(&owners, &cookie);
-		if (known && known->pid == bpf_get_current_pid_tgid() >> 32)
-			return; /* the common case: spare a hash update per datagram */
-		struct owner o = {};
-		set_owner(&o, sk);
-		bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
-		return;
-	}
-	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
-		return;
-	/* A closed socket has reported its totals already: do not revive it. */
-	bool alive = BPF_CORE_READ(sk, __sk_common.skc_state) != TCP_CLOSE;
-	struct conn *c = tcp_entry(sk, tcp_key(sk), alive, CONN_PARTIAL);
-	if (!c)
-		return;
-	if (ret && in)
-		__sync_fetch_and_add(&c->bytes_in, ret);
-	else if (ret)
-		__sync_fetch_and_add(&c->bytes_out, ret);
-	set_owner(&c->owner, sk);
-	refresh(c, sk);
-	read_tuple(c, sk);
+	if (!skc)
+		return NULL;
+	struct sock *sk = (void *)bpf_skc_to_tcp_sock(skc);
+	if (!sk)
+		return NULL;
+	int state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	return state == TCP_CLOSE || state == TCP_SYN_RECV ? NULL : sk;
 }
 
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(conns_send, struct sock *sk, int ret, int flags)
+/*
+ * conns_refresh runs over the TCP sockets of one network namespace (the one
+ * of the task that opens the iterator) when user space reads it, once per
+ * refresh and namespace: it copies each tracked socket's current counters
+ * into its entry, so that every refresh shows them live, also while the
+ * owner sleeps in a syscall or does nothing. A socket that reached
+ * TCP_CLOSE is no longer in the tables the iterator walks; its final
+ * counters are in its closed event, read at the change itself.
+ */
+SEC("iter/tcp")
+int conns_refresh(struct bpf_iter__tcp *ctx)
 {
-	socket_io(sk, ret, flags, false);
-	return 0;
-}
-
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(conns_recv, struct sock *sk, int ret, int flags)
-{
-	socket_io(sk, ret, flags, true);
+	struct sock *sk = tcp_socket(ctx->sk_common);
+	if (!sk)
+		return 0;
+	u64 key = tcp_key(sk);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	if (c)
+		refresh(c, sk, BPF_CORE_READ(sk, __sk_common.skc_state));
 	return 0;
 }
 
 /*
- * The fentry backend: user space loads each program once per function, for
- * tcp_sendmsg, udp_sendmsg and udpv6_sendmsg, and tcp_recvmsg, udp_recvmsg
- * and udpv6_recvmsg. The receive functions lost their nonblock parameter in
- * 5.19 and their addr_len parameter in 6.16; user space picks the variant
- * that matches the kernel's BTF.
+ * conns_adopt is conns_refresh for start-up: every full socket that has no
+ * entry yet gets a partial one, so that connections that existed before
+ * stacktop are refreshed like the others.
  */
-SEC("fexit/tcp_sendmsg")
-int BPF_PROG(conns_fexit_send, struct sock *sk, void *msg, u64 len, int ret)
+SEC("iter/tcp")
+int conns_adopt(struct bpf_iter__tcp *ctx)
 {
-	socket_io(sk, ret, 0, false);
+	struct sock *sk = tcp_socket(ctx->sk_common);
+	if (sk)
+		tcp_entry(sk, tcp_key(sk), true, CONN_PARTIAL, BPF_CORE_READ(sk, __sk_common.skc_state));
 	return 0;
 }
 
-SEC("fexit/tcp_recvmsg")
-int BPF_PROG(conns_fexit_recv, struct sock *sk, void *msg, u64 len, int flags, int ret)
+/* The syscalls' exit tracepoints, as tracefs describes them. */
+struct sys_exit_args {
+	u64 common;
+	long syscall_nr;
+	long ret;
+};
+
+/*
+ * accepted gives an accepted socket the owner of the task that accepted it
+ * (a pre-forked worker, not the listener's creator). The socket is found
+ * from the new descriptor, which the task installed a moment ago; by then
+ * its ESTABLISHED change has made its entry, keyed by the cookie that
+ * change generated (or by its address, on 5.10).
+ */
+static __always_inline void accepted(long fd)
 {
-	socket_io(sk, ret, flags, true);
+	if (fd < 0)
+		return;
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = NULL;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return;
+	struct socket *sock = BPF_CORE_READ(file, private_data);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk)
+		return;
+	u64 key = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	struct conn *c = key ? bpf_map_lookup_elem(&conns, &key) : NULL;
+	if (!c) {
+		key = (u64)sk;
+		c = bpf_map_lookup_elem(&conns, &key);
+	}
+	if (c && c->sk == (u64)sk)
+		set_owner(&c->owner, sk);
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int conns_accept4(struct sys_exit_args *ctx)
+{
+	accepted(ctx->ret);
 	return 0;
 }
 
-SEC("fexit/tcp_recvmsg")
-int BPF_PROG(conns_fexit_recv_addr_len, struct sock *sk, void *msg, u64 len, int flags, int *addr_len, int ret)
+SEC("tracepoint/syscalls/sys_exit_accept")
+int conns_accept(struct sys_exit_args *ctx)
 {
-	socket_io(sk, ret, flags, true);
+	accepted(ctx->ret);
 	return 0;
 }
 
-SEC("fexit/tcp_recvmsg")
-int BPF_PROG(conns_fexit_recv_nonblock, struct sock *sk, void *msg, u64 len, int nonblock, int flags,
-	     int *addr_len, int ret)
+/* conns_udp_owner records who creates each UDP socket, in its process. */
+SEC("cgroup/sock_create")
+int conns_udp_owner(struct bpf_sock *sk)
 {
-	socket_io(sk, ret, flags, true);
-	return 0;
+	if (sk->protocol != IPPROTO_UDP)
+		return 1;
+	u64 cookie = bpf_get_socket_cookie(sk);
+	struct owner o = {
+		.pid = bpf_get_current_pid_tgid() >> 32,
+		.cgroup_id = bpf_get_current_cgroup_id(),
+	};
+	bpf_get_current_comm(o.comm, sizeof(o.comm));
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	o.netns = BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
+	bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
+	return 1; /* observe only: never refuse a socket */
 }
 
 /* parse_udp fills the flow key's addresses and ports from the packet (which
@@ -499,8 +649,25 @@ static __always_inline int parse_udp(struct __sk_buff *skb, struct flow_key *k, 
 	return payload < 0 ? -1 : payload;
 }
 
+/* maybe_udp decides from the IP header's protocol byte alone, by direct
+ * packet access, so that the TCP packets every cgroup_skb program sees too
+ * cost a few instructions: no helper call, no map. */
+static __always_inline bool maybe_udp(struct __sk_buff *skb)
+{
+	u8 *ip = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		return (void *)(ip + 10) > end || ip[9] == IPPROTO_UDP; /* short: the full parse decides */
+	if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		return (void *)(ip + 7) > end || ip[6] == IPPROTO_UDP;
+	return false;
+}
+
 static __always_inline void udp_packet(struct __sk_buff *skb, bool ingress)
 {
+	if (!maybe_udp(skb))
+		return;
 	struct bpf_sock *sk = skb->sk;
 	if (!sk)
 		return;

@@ -16,6 +16,7 @@ import (
 type connsConn struct {
 	_          structs.HostLayout
 	Cookie     uint64
+	Sk         uint64
 	BytesIn    uint64
 	BytesOut   uint64
 	PacketsIn  uint64
@@ -73,24 +74,24 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	connsMapClosed                  = "closed"
-	connsMapConns                   = "conns"
-	connsMapDrops                   = "drops"
-	connsMapFlows                   = "flows"
-	connsMapListeners               = "listeners"
-	connsMapOwners                  = "owners"
-	connsMapStateMarks              = "state_marks"
-	connsProgConnsFexitRecv         = "conns_fexit_recv"
-	connsProgConnsFexitRecvAddrLen  = "conns_fexit_recv_addr_len"
-	connsProgConnsFexitRecvNonblock = "conns_fexit_recv_nonblock"
-	connsProgConnsFexitSend         = "conns_fexit_send"
-	connsProgConnsRecv              = "conns_recv"
-	connsProgConnsSend              = "conns_send"
-	connsProgConnsTcpState          = "conns_tcp_state"
-	connsProgConnsTcpStateSpare     = "conns_tcp_state_spare"
-	connsProgConnsUdpEgress         = "conns_udp_egress"
-	connsProgConnsUdpIngress        = "conns_udp_ingress"
-	connsVarTracingCookie           = "tracing_cookie"
+	connsMapClosed              = "closed"
+	connsMapConns               = "conns"
+	connsMapDrops               = "drops"
+	connsMapFlows               = "flows"
+	connsMapListeners           = "listeners"
+	connsMapNetnsNew            = "netns_new"
+	connsMapOwners              = "owners"
+	connsMapStateMarks          = "state_marks"
+	connsProgConnsAccept        = "conns_accept"
+	connsProgConnsAccept4       = "conns_accept4"
+	connsProgConnsAdopt         = "conns_adopt"
+	connsProgConnsRefresh       = "conns_refresh"
+	connsProgConnsTcpState      = "conns_tcp_state"
+	connsProgConnsTcpStateSpare = "conns_tcp_state_spare"
+	connsProgConnsUdpEgress     = "conns_udp_egress"
+	connsProgConnsUdpIngress    = "conns_udp_ingress"
+	connsProgConnsUdpOwner      = "conns_udp_owner"
+	connsVarTracingCookie       = "tracing_cookie"
 )
 
 // loadConns returns the embedded CollectionSpec for conns.
@@ -135,16 +136,15 @@ type connsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
-	ConnsFexitRecv         *ebpf.ProgramSpec `ebpf:"conns_fexit_recv"`
-	ConnsFexitRecvAddrLen  *ebpf.ProgramSpec `ebpf:"conns_fexit_recv_addr_len"`
-	ConnsFexitRecvNonblock *ebpf.ProgramSpec `ebpf:"conns_fexit_recv_nonblock"`
-	ConnsFexitSend         *ebpf.ProgramSpec `ebpf:"conns_fexit_send"`
-	ConnsRecv              *ebpf.ProgramSpec `ebpf:"conns_recv"`
-	ConnsSend              *ebpf.ProgramSpec `ebpf:"conns_send"`
-	ConnsTcpState          *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
-	ConnsTcpStateSpare     *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
-	ConnsUdpEgress         *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress        *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
+	ConnsAccept        *ebpf.ProgramSpec `ebpf:"conns_accept"`
+	ConnsAccept4       *ebpf.ProgramSpec `ebpf:"conns_accept4"`
+	ConnsAdopt         *ebpf.ProgramSpec `ebpf:"conns_adopt"`
+	ConnsRefresh       *ebpf.ProgramSpec `ebpf:"conns_refresh"`
+	ConnsTcpState      *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpEgress     *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress    *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
+	ConnsUdpOwner      *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
 }
 
 // connsMapSpecs contains maps before they are loaded into the kernel.
@@ -156,6 +156,7 @@ type connsMapSpecs struct {
 	Drops      *ebpf.MapSpec `ebpf:"drops"`
 	Flows      *ebpf.MapSpec `ebpf:"flows"`
 	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
+	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
 	Owners     *ebpf.MapSpec `ebpf:"owners"`
 	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
 }
@@ -192,6 +193,7 @@ type connsMaps struct {
 	Drops      *ebpf.Map `ebpf:"drops"`
 	Flows      *ebpf.Map `ebpf:"flows"`
 	Listeners  *ebpf.Map `ebpf:"listeners"`
+	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
 	Owners     *ebpf.Map `ebpf:"owners"`
 	StateMarks *ebpf.Map `ebpf:"state_marks"`
 }
@@ -203,6 +205,7 @@ func (m *connsMaps) Close() error {
 		m.Drops,
 		m.Flows,
 		m.Listeners,
+		m.NetnsNew,
 		m.Owners,
 		m.StateMarks,
 	)
@@ -219,30 +222,28 @@ type connsVariables struct {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
-	ConnsFexitRecv         *ebpf.Program `ebpf:"conns_fexit_recv"`
-	ConnsFexitRecvAddrLen  *ebpf.Program `ebpf:"conns_fexit_recv_addr_len"`
-	ConnsFexitRecvNonblock *ebpf.Program `ebpf:"conns_fexit_recv_nonblock"`
-	ConnsFexitSend         *ebpf.Program `ebpf:"conns_fexit_send"`
-	ConnsRecv              *ebpf.Program `ebpf:"conns_recv"`
-	ConnsSend              *ebpf.Program `ebpf:"conns_send"`
-	ConnsTcpState          *ebpf.Program `ebpf:"conns_tcp_state"`
-	ConnsTcpStateSpare     *ebpf.Program `ebpf:"conns_tcp_state_spare"`
-	ConnsUdpEgress         *ebpf.Program `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress        *ebpf.Program `ebpf:"conns_udp_ingress"`
+	ConnsAccept        *ebpf.Program `ebpf:"conns_accept"`
+	ConnsAccept4       *ebpf.Program `ebpf:"conns_accept4"`
+	ConnsAdopt         *ebpf.Program `ebpf:"conns_adopt"`
+	ConnsRefresh       *ebpf.Program `ebpf:"conns_refresh"`
+	ConnsTcpState      *ebpf.Program `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare *ebpf.Program `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpEgress     *ebpf.Program `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress    *ebpf.Program `ebpf:"conns_udp_ingress"`
+	ConnsUdpOwner      *ebpf.Program `ebpf:"conns_udp_owner"`
 }
 
 func (p *connsPrograms) Close() error {
 	return _ConnsClose(
-		p.ConnsFexitRecv,
-		p.ConnsFexitRecvAddrLen,
-		p.ConnsFexitRecvNonblock,
-		p.ConnsFexitSend,
-		p.ConnsRecv,
-		p.ConnsSend,
+		p.ConnsAccept,
+		p.ConnsAccept4,
+		p.ConnsAdopt,
+		p.ConnsRefresh,
 		p.ConnsTcpState,
 		p.ConnsTcpStateSpare,
 		p.ConnsUdpEgress,
 		p.ConnsUdpIngress,
+		p.ConnsUdpOwner,
 	)
 }
 

@@ -3,12 +3,16 @@ package conntrack
 import (
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/features"
@@ -35,18 +39,22 @@ var hooks = []hook{
 	// The spare applies the state changes whose conns_tcp_state run the
 	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
 	{"tcp-state", true, []candidate{tracing("conns_tcp_state", spareProgram)}},
-	{"sock-send", false, []candidate{
-		fexit(map[int]string{3: "conns_fexit_send"}, "tcp_sendmsg", "udp_sendmsg", "udpv6_sendmsg"),
-		tracing("conns_send"),
-	}},
-	{"sock-recv", false, []candidate{
-		fexit(map[int]string{4: "conns_fexit_recv", 5: "conns_fexit_recv_addr_len", 6: "conns_fexit_recv_nonblock"},
-			"tcp_recvmsg", "udp_recvmsg", "udpv6_recvmsg"),
-		tracing("conns_recv"),
-	}},
-	{"udp-ingress", true, []candidate{cgroupSKB("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", true, []candidate{cgroupSKB("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
+	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
+		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
+	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
+	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
+	{"udp-owner", true, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
+	{"udp-ingress", true, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", true, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
 }
+
+// The iterators over a network namespace's TCP sockets: user space runs
+// conns_refresh in every namespace with tracked sockets once per refresh,
+// and conns_adopt in every namespace at start-up.
+const (
+	refreshProgram = "conns_refresh"
+	adoptProgram   = "conns_adopt"
+)
 
 // spareProgram runs second on inet_sock_set_state. Its own skipped runs
 // lose nothing unless conns_tcp_state's run was skipped too, which the
@@ -69,9 +77,9 @@ func tracing(programs ...string) candidate {
 	}}
 }
 
-// cgroupSKB attaches to the root of the cgroup v2 hierarchy, which every
-// socket on the host belongs to (directly or below).
-func cgroupSKB(program string, at ebpf.AttachType) candidate {
+// cgroupProgram attaches to the root of the cgroup v2 hierarchy, which
+// every socket on the host belongs to (directly or below).
+func cgroupProgram(program string, at ebpf.AttachType) candidate {
 	return candidate{features.Tracepoint, func(t *Tracker) error {
 		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			root, err := cgroup.Root()
@@ -83,25 +91,17 @@ func cgroupSKB(program string, at ebpf.AttachType) candidate {
 	}}
 }
 
-// fexit is the fentry backend's candidate: one copy of a program per kernel
-// function, all or none. variants names the program for each parameter
-// count the function has had (tcp_recvmsg lost one in 5.19 and another in
-// 6.16): reading the
-// return value from the wrong position would count garbage, so the variant
-// is chosen from the kernel's BTF, not by trying.
-func fexit(variants map[int]string, funcs ...string) candidate {
-	return candidate{features.FentryBE, func(t *Tracker) error {
-		for _, fn := range funcs {
-			params, err := paramCount(fn)
-			if err != nil {
-				return err
-			}
-			program, ok := variants[params]
-			if !ok {
-				return fmt.Errorf("%s has %d parameters here, a signature no program of ours reads", fn, params)
-			}
-			err = t.attach(program, fn, func(p *ebpf.Program) (link.Link, error) {
-				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceFExit})
+// syscallExit attaches programs (by tracepoint name) to the syscalls'
+// exit tracepoints, all or none. Their IDs are in tracefs, which is
+// mounted where it is not yet.
+func syscallExit(programs map[string]string) candidate {
+	return candidate{features.Tracepoint, func(t *Tracker) error {
+		if err := mountTracefs(); err != nil {
+			return err
+		}
+		for _, tp := range slices.Sorted(maps.Keys(programs)) {
+			err := t.attach(programs[tp], "", func(p *ebpf.Program) (link.Link, error) {
+				return link.Tracepoint("syscalls", tp, p, nil)
 			})
 			if err != nil {
 				return err
@@ -111,21 +111,50 @@ func fexit(variants map[int]string, funcs ...string) candidate {
 	}}
 }
 
-// paramCount is the number of parameters of a kernel function.
-func paramCount(fn string) (int, error) {
-	spec, err := btf.LoadKernelSpec()
+// iterator makes a BPF iterator link; reading it (readIterator) runs the
+// program.
+func iterator(program string) candidate {
+	return candidate{features.Tracepoint, func(t *Tracker) error {
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachIter(link.IterOptions{Program: p})
+		})
+	}}
+}
+
+const tracefs = "/sys/kernel/tracing"
+
+func mountTracefs() error {
+	if _, err := os.Stat(tracefs + "/events"); err == nil {
+		return nil
+	}
+	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("mounting tracefs on %s: %w", tracefs, err)
+	}
+	return nil
+}
+
+// iterator returns an attached iterator's link.
+func (t *Tracker) iterator(program string) (*link.Iter, error) {
+	for _, a := range t.attached {
+		if it, ok := a.link.(*link.Iter); ok && a.name == program {
+			return it, nil
+		}
+	}
+	return nil, fmt.Errorf("iterator %s is not attached", program)
+}
+
+// readIterator opens an iterator in the calling thread's network namespace
+// (the one the iterator walks, for iter/tcp) and reads it to its end.
+func readIterator(it *link.Iter) error {
+	rd, err := it.Open()
 	if err != nil {
-		return 0, fmt.Errorf("kernel BTF: %w", err)
+		return fmt.Errorf("opening iterator: %w", err)
 	}
-	var f *btf.Func
-	if err := spec.TypeByName(fn, &f); err != nil {
-		return 0, fmt.Errorf("%s in kernel BTF: %w", fn, err)
+	defer rd.Close()
+	if _, err := io.Copy(io.Discard, rd); err != nil {
+		return fmt.Errorf("reading iterator: %w", err)
 	}
-	proto, ok := f.Type.(*btf.FuncProto)
-	if !ok {
-		return 0, fmt.Errorf("%s in kernel BTF has no prototype", fn)
-	}
-	return len(proto.Params), nil
+	return nil
 }
 
 // attachHooks picks a backend for every hook and keeps what it attached. It

@@ -113,6 +113,24 @@ func namespaces() map[uint32]string {
 	return out
 }
 
+// adoptPreexisting gives every TCP socket that existed before start-up an
+// entry in the kernel's table, so that its counters are refreshed like
+// those of the others (conns_adopt, in every namespace).
+func (t *Tracker) adoptPreexisting() error {
+	it, err := t.iterator(adoptProgram)
+	if err != nil {
+		return err
+	}
+	all := map[uint32]netns.NsHandle{}
+	defer closeHandles(all)
+	for ino, path := range namespaces() {
+		if h, err := netns.GetFromPath(path); err == nil { // namespaces come and go
+			all[ino] = h
+		}
+	}
+	return inEach(all, it)
+}
+
 // seedListeners tells the kernel the owners of listeners that existed before
 // start-up, so that connections they accept from now on are attributed at
 // once, as those of listeners created later are.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -99,6 +100,7 @@ type Tracker struct {
 
 	mu          sync.Mutex
 	preexisting map[uint64]*preexisting // by socket cookie, until they close
+	netns       namespaceSet
 	last        time.Time
 	scratch     scratch // what the last snapshot reported, and buffers
 }
@@ -115,7 +117,7 @@ func Open(cfg Config) (*Tracker, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
-	t := &Tracker{cfg: cfg}
+	t := &Tracker{cfg: cfg, netns: namespaceSet{handles: map[uint32]netns.NsHandle{}, want: map[uint32]struct{}{}}}
 	if err := t.open(); err != nil {
 		t.Close()
 		return nil, err
@@ -158,7 +160,7 @@ func (t *Tracker) loadMaps() error {
 	t.maps = map[string]*ebpf.Map{
 		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
 		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
-		"state_marks": t.objs.StateMarks,
+		"state_marks": t.objs.StateMarks, "netns_new": t.objs.NetnsNew,
 	}
 	for name := range t.spec.Maps {
 		if _, shared := t.maps[name]; !shared && !strings.HasPrefix(name, ".") { // .rodata: constants
@@ -188,6 +190,9 @@ func (t *Tracker) open() error {
 	if err := t.seedListeners(); err != nil {
 		return err
 	}
+	if err := t.adoptPreexisting(); err != nil {
+		return err
+	}
 	t.last = time.Now()
 	return nil
 }
@@ -204,6 +209,7 @@ func (t *Tracker) Close() error {
 	if t.closed != nil {
 		errs = append(errs, t.closed.close())
 	}
+	t.netns.close()
 	errs = append(errs, t.objs.Close())
 	return errors.Join(errs...)
 }
@@ -250,10 +256,15 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 
 	// Live entries first, then the closed events: a connection that closes
 	// in between is then reported closed, not lost for one refresh.
+	// The kernel's current counters into every entry, then the entries.
+	if err := t.refreshCounters(); err != nil {
+		return snap, fmt.Errorf("refreshing connections: %w", err)
+	}
 	var err error
 	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
 	}
+	t.netns.keep(s.conns)
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err
 	}
