@@ -4,8 +4,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cilium/ebpf/btf"
-
 	"github.com/stacktop/stacktop/internal/features"
 )
 
@@ -43,26 +41,3 @@ func Unsupported(t testing.TB, format string, args ...any) {
 // UnsupportedPrefix starts the skip message of Unsupported; the matrix
 // tells these skips apart from others by it.
 const UnsupportedPrefix = "unsupported: "
-
-// ConnTrackerLacks says why this kernel cannot run the connection tracker
-// (internal/conntrack) on backend b, or "" when it can, from facts the
-// tracker itself does not use: the fexit probe for fentry, and for
-// tracepoint the BTF of sock_send_length (6.5+). Tests use it to tell a
-// kernel that lacks a backend from a tracker that fails on it.
-func ConnTrackerLacks(b features.Backend) string {
-	switch b {
-	case features.FentryBE:
-		if p := features.Detect().Lookup(features.Fexit); !p.OK {
-			return "fexit: " + p.Reason
-		}
-	case features.Tracepoint:
-		spec, err := btf.LoadKernelSpec()
-		if err != nil {
-			return "kernel BTF: " + err.Error()
-		}
-		if _, err := spec.AnyTypeByName("btf_trace_sock_send_length"); err != nil {
-			return "no sock_send_length tracepoint (added in 6.5): " + err.Error()
-		}
-	}
-	return ""
-}
