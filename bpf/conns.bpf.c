@@ -141,6 +141,7 @@ struct flow {
 	u64 bytes_out;
 	u64 packets_in;
 	u64 packets_out;
+	u64 drops_in; /* datagrams counted at ingress that the socket then dropped */
 	u64 last_ns; /* bpf_ktime_get_ns of the last datagram, for idle expiry */
 	u64 cgroup_id;
 	struct owner owner;
@@ -719,4 +720,47 @@ int conns_udp_egress(struct __sk_buff *skb)
 {
 	udp_packet(skb, false);
 	return 1;
+}
+
+/*
+ * conns_udp_drop: a datagram that cgroup_skb ingress counted (it runs in
+ * sk_filter(), before the datagram is queued) and that __udp_enqueue_
+ * schedule_skb() then refused: the receive buffer was full (the kernel's
+ * UdpRcvbufErrors) or socket memory ran out (UdpMemErrors). It moves from
+ * the flow's received datagrams to its drops. The skb argument exists since
+ * 6.10 (user space attaches the program only where the tracepoint has it);
+ * its headers are still in place, data is past the UDP header.
+ */
+SEC("tp_btf/udp_fail_queue_rcv_skb")
+int BPF_PROG(conns_udp_drop, int rc, struct sock *sk, struct sk_buff *skb)
+{
+	struct flow_key k = {};
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	u16 l3 = BPF_CORE_READ(skb, network_header), l4 = BPF_CORE_READ(skb, transport_header);
+	struct {
+		u16 sport, dport, len, csum;
+	} udp;
+
+	if (BPF_CORE_READ(skb, protocol) == bpf_htons(ETH_P_IP)) {
+		k.family = AF_INET;
+		bpf_probe_read_kernel(k.raddr, 4, head + l3 + 12);
+		bpf_probe_read_kernel(k.laddr, 4, head + l3 + 16);
+	} else {
+		k.family = AF_INET6;
+		bpf_probe_read_kernel(k.raddr, 16, head + l3 + 8);
+		bpf_probe_read_kernel(k.laddr, 16, head + l3 + 24);
+	}
+	if (bpf_probe_read_kernel(&udp, sizeof(udp), head + l4))
+		return 0;
+	k.lport = bpf_ntohs(udp.dport);
+	k.rport = bpf_ntohs(udp.sport);
+	k.cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter); /* made by cgroup_skb */
+	struct flow *f = bpf_map_lookup_elem(&flows, &k);
+	if (!f)
+		return 0;
+	u64 payload = (u16)(bpf_ntohs(udp.len) - sizeof(udp));
+	__sync_fetch_and_add(&f->bytes_in, -payload);
+	__sync_fetch_and_add(&f->packets_in, -1);
+	__sync_fetch_and_add(&f->drops_in, 1);
+	return 0;
 }

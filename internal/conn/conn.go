@@ -37,6 +37,7 @@ type Record struct {
 	BytesOut   uint64     `json:"bytes_out"`
 	PacketsIn  uint64     `json:"packets_in"`
 	PacketsOut uint64     `json:"packets_out"`
+	DropsIn    uint64     `json:"drops_in"` // UDP: datagrams the socket dropped (receive buffer full); 0 for TCP
 	RateIn     float64    `json:"rate_in"`  // bytes/s over the last refresh
 	RateOut    float64    `json:"rate_out"` // bytes/s over the last refresh
 	RTTus      uint32     `json:"rtt_us"`   // smoothed RTT (srtt_us >> 3); 0 for UDP

@@ -39,6 +39,7 @@ type connsFlow struct {
 	BytesOut   uint64
 	PacketsIn  uint64
 	PacketsOut uint64
+	DropsIn    uint64
 	LastNs     uint64
 	CgroupId   uint64
 	Owner      connsOwner
@@ -88,6 +89,7 @@ const (
 	connsProgConnsRefresh       = "conns_refresh"
 	connsProgConnsTcpState      = "conns_tcp_state"
 	connsProgConnsTcpStateSpare = "conns_tcp_state_spare"
+	connsProgConnsUdpDrop       = "conns_udp_drop"
 	connsProgConnsUdpEgress     = "conns_udp_egress"
 	connsProgConnsUdpIngress    = "conns_udp_ingress"
 	connsProgConnsUdpOwner      = "conns_udp_owner"
@@ -142,6 +144,7 @@ type connsProgramSpecs struct {
 	ConnsRefresh       *ebpf.ProgramSpec `ebpf:"conns_refresh"`
 	ConnsTcpState      *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpDrop       *ebpf.ProgramSpec `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress     *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
 	ConnsUdpIngress    *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner      *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
@@ -228,6 +231,7 @@ type connsPrograms struct {
 	ConnsRefresh       *ebpf.Program `ebpf:"conns_refresh"`
 	ConnsTcpState      *ebpf.Program `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare *ebpf.Program `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpDrop       *ebpf.Program `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress     *ebpf.Program `ebpf:"conns_udp_egress"`
 	ConnsUdpIngress    *ebpf.Program `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner      *ebpf.Program `ebpf:"conns_udp_owner"`
@@ -241,6 +245,7 @@ func (p *connsPrograms) Close() error {
 		p.ConnsRefresh,
 		p.ConnsTcpState,
 		p.ConnsTcpStateSpare,
+		p.ConnsUdpDrop,
 		p.ConnsUdpEgress,
 		p.ConnsUdpIngress,
 		p.ConnsUdpOwner,

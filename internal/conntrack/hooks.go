@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -25,6 +26,7 @@ import (
 type hook struct {
 	name       string
 	shared     bool
+	optional   bool // a kernel without it still tracks connections, knowing less
 	candidates []candidate
 }
 
@@ -38,14 +40,20 @@ type candidate struct {
 var hooks = []hook{
 	// The spare applies the state changes whose conns_tcp_state run the
 	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
-	{"tcp-state", true, []candidate{tracing("conns_tcp_state", spareProgram)}},
-	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
+	// Accepted sockets are looked up at accept()'s exit: attached before
+	// tcp-state, so that every socket tracked from its birth is also seen
+	// accepted.
+	{"tcp-accept", true, false, []candidate{syscallExit(map[string]string{
 		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
-	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
-	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
-	{"udp-owner", true, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", true, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", true, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
+	{"tcp-state", true, false, []candidate{tracing("conns_tcp_state", spareProgram)}},
+	{"tcp-counters", true, false, []candidate{iterator(refreshProgram)}},
+	{"tcp-adopt", true, false, []candidate{iterator(adoptProgram)}},
+	{"udp-owner", true, false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
+	{"udp-ingress", true, false, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", true, false, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
+	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
+	// without it drops stay in bytes_in and drops_in is 0.
+	{"udp-drops", true, true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing("conns_udp_drop"))}},
 }
 
 // The iterators over a network namespace's TCP sockets: user space runs
@@ -75,6 +83,45 @@ func tracing(programs ...string) candidate {
 		}
 		return nil
 	}}
+}
+
+// needsArgs is c where tracepoint tp has at least n arguments.
+func needsArgs(tp string, n int, c candidate) candidate {
+	attach := c.attach
+	c.attach = func(t *Tracker) error {
+		have, err := tracepointArgs(tp)
+		if err != nil {
+			return err
+		}
+		if have < n {
+			return fmt.Errorf("tracepoint %s has %d arguments here, %d since 6.10", tp, have, n)
+		}
+		return attach(t)
+	}
+	return c
+}
+
+// tracepointArgs is the number of arguments of a raw tracepoint, from the
+// kernel's BTF (btf_trace_<name>: a pointer to a function whose first
+// parameter is the context, not an argument).
+func tracepointArgs(tp string) (int, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return 0, fmt.Errorf("kernel BTF: %w", err)
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_"+tp, &td); err != nil {
+		return 0, fmt.Errorf("tracepoint %s in kernel BTF: %w", tp, err)
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return 0, fmt.Errorf("btf_trace_%s is not a function pointer", tp)
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(proto.Params) == 0 {
+		return 0, fmt.Errorf("btf_trace_%s is not a function pointer", tp)
+	}
+	return len(proto.Params) - 1, nil
 }
 
 // cgroupProgram attaches to the root of the cgroup v2 hierarchy, which
@@ -173,7 +220,7 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 		}
 		choice, err := features.Choose(h.name, backend, cands...)
 		t.choices = append(t.choices, choice)
-		if err != nil {
+		if err != nil && !h.optional {
 			failed = append(failed, err)
 		}
 	}

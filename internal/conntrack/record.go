@@ -85,6 +85,7 @@ func (t *Tracker) udpRecord(k *connsFlowKey, f *connsFlow) conn.Record {
 		BytesOut:   f.BytesOut,
 		PacketsIn:  f.PacketsIn,
 		PacketsOut: f.PacketsOut,
+		DropsIn:    f.DropsIn,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &f.Owner, f.CgroupId)

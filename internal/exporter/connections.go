@@ -87,10 +87,10 @@ type openKey struct {
 
 // counters are a connection's cumulative totals, or the growth between two
 // snapshots of them.
-type counters struct{ bytesIn, bytesOut, packetsIn, packetsOut, retrans uint64 }
+type counters struct{ bytesIn, bytesOut, packetsIn, packetsOut, retrans, dropsIn uint64 }
 
 func countersOf(r *conn.Record) counters {
-	return counters{r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut, uint64(r.Retrans)}
+	return counters{r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut, uint64(r.Retrans), r.DropsIn}
 }
 
 // since returns the growth from prev to c. A total that went down means the
@@ -105,7 +105,7 @@ func (c counters) since(prev counters) counters {
 	return counters{
 		grow(c.bytesIn, prev.bytesIn), grow(c.bytesOut, prev.bytesOut),
 		grow(c.packetsIn, prev.packetsIn), grow(c.packetsOut, prev.packetsOut),
-		grow(c.retrans, prev.retrans),
+		grow(c.retrans, prev.retrans), grow(c.dropsIn, prev.dropsIn),
 	}
 }
 
@@ -115,6 +115,7 @@ func (c *counters) add(d counters) {
 	c.packetsIn += d.packetsIn
 	c.packetsOut += d.packetsOut
 	c.retrans += d.retrans
+	c.dropsIn += d.dropsIn
 }
 
 // group is the aggregate of one (comm, cgroup, protocol).
@@ -240,6 +241,9 @@ var (
 		[]string{"comm", "cgroup", "proto", "state"}, nil)
 	retransDesc = prometheus.NewDesc("stacktop_tcp_retransmits_total",
 		"TCP segments retransmitted.", []string{"comm", "cgroup"}, nil)
+	udpDropsDesc = prometheus.NewDesc("stacktop_udp_receive_drops_total",
+		"UDP datagrams that reached a socket and were dropped there (receive buffer full, socket memory).",
+		[]string{"comm", "cgroup"}, nil)
 	rttDesc = prometheus.NewDesc("stacktop_tcp_rtt_seconds",
 		"Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.",
 		[]string{"comm", "cgroup"}, nil)
@@ -262,7 +266,7 @@ var (
 func describeConnections(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
-		openDesc, retransDesc, rttDesc, lostDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		openDesc, retransDesc, udpDropsDesc, rttDesc, lostDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
 		connOmittedDesc,
 	} {
 		ch <- d
@@ -285,6 +289,8 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 		if k.proto == "tcp" {
 			counter(retransDesc, g.totals.retrans, k.comm, k.cgroup)
 			ch <- g.rtt.metric(k.comm, k.cgroup)
+		} else {
+			counter(udpDropsDesc, g.totals.dropsIn, k.comm, k.cgroup)
 		}
 	}
 	for k, n := range c.open {

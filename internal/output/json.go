@@ -113,6 +113,8 @@ func (j *JSON) appendRecord(b []byte, r *conn.Record) ([]byte, error) {
 	b = strconv.AppendUint(b, r.PacketsIn, 10)
 	b = append(b, `,"packets_out":`...)
 	b = strconv.AppendUint(b, r.PacketsOut, 10)
+	b = append(b, `,"drops_in":`...)
+	b = strconv.AppendUint(b, r.DropsIn, 10)
 	b = append(b, `,"rate_in":`...)
 	b, err := appendFloat(b, r.RateIn)
 	if err != nil {

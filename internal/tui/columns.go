@@ -28,6 +28,7 @@ const (
 	ColPacketsIn  ColumnID = "packets-in"
 	ColPacketsOut ColumnID = "packets-out"
 	ColRetrans    ColumnID = "retrans"
+	ColDropsIn    ColumnID = "drops-in"
 	ColCgroup     ColumnID = "cgroup"
 	ColConns      ColumnID = "conns"
 )
@@ -116,6 +117,7 @@ var columns = func() map[ColumnID]*column {
 		counterColumn(ColPacketsIn, "Pkts In", "", func(r *Row) uint64 { return r.PacketsIn }),
 		counterColumn(ColPacketsOut, "Pkts Out", "", func(r *Row) uint64 { return r.PacketsOut }),
 		counterColumn(ColRetrans, "Retrans", "", func(r *Row) uint32 { return r.Retrans }),
+		counterColumn(ColDropsIn, "Drops In", "", func(r *Row) uint64 { return r.DropsIn }),
 		with(textColumn(ColCgroup, "Cgroup", "", func(r *Row) string { return r.Cgroup }), func(c *column) {
 			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
 			c.text = func(r *Row) string { return orDash(r.Cgroup) }
@@ -190,8 +192,8 @@ var (
 	connView = &view{
 		name:     "connections",
 		columns:  []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT},
-		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColCgroup},
-		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColCgroup, ColProto},
+		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColCgroup},
+		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn, ColCgroup, ColProto},
 		tieBreak: func(a, b *Row) int {
 			return cmp.Or(cmp.Compare(a.Proto, b.Proto),
 				columns[ColLocal].compare(a, b), columns[ColRemote].compare(a, b),
@@ -201,8 +203,8 @@ var (
 	processView = &view{
 		name:     "processes",
 		columns:  []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut},
-		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColRTT, ColCgroup},
-		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColCgroup},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColCgroup},
+		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColDropsIn, ColCgroup},
 		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
 	}
 )

@@ -53,6 +53,7 @@ var sortExpectations = map[ColumnID]func(a, b conn.Record) int{
 	ColPacketsIn:  func(a, b conn.Record) int { return cmp.Compare(a.PacketsIn, b.PacketsIn) },
 	ColPacketsOut: func(a, b conn.Record) int { return cmp.Compare(a.PacketsOut, b.PacketsOut) },
 	ColRetrans:    func(a, b conn.Record) int { return cmp.Compare(a.Retrans, b.Retrans) },
+	ColDropsIn:    func(a, b conn.Record) int { return cmp.Compare(a.DropsIn, b.DropsIn) },
 	ColCgroup:     func(a, b conn.Record) int { return strings.Compare(a.Cgroup, b.Cgroup) },
 }
 
@@ -235,7 +236,7 @@ func TestColumnToggle(t *testing.T) {
 	}
 	m := newFixtureModel(t, 250, 40)
 	base := []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}
-	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColCgroup)
+	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColCgroup)
 	if got := ids(m); !slices.Equal(got, base) {
 		t.Fatalf("default columns %v, want %v", got, base)
 	}
@@ -244,7 +245,7 @@ func TestColumnToggle(t *testing.T) {
 		t.Fatalf("after c: %v, want %v", got, extra)
 	}
 	press(m, "g")
-	procExtra := []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColRTT, ColCgroup}
+	procExtra := []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColCgroup}
 	if got := ids(m); !slices.Equal(got, procExtra) {
 		t.Fatalf("per-process with extras: %v, want %v", got, procExtra)
 	}

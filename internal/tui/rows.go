@@ -66,6 +66,7 @@ func perProcess(rows []*Row) []Row {
 		p.RateIn += r.RateIn
 		p.RateOut += r.RateOut
 		p.Retrans += r.Retrans
+		p.DropsIn += r.DropsIn
 		p.RTTus = max(p.RTTus, r.RTTus)
 	}
 	return out
