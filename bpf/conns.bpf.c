@@ -98,6 +98,7 @@ enum drop_counter {
 enum conn_flags {
 	CONN_PARTIAL = 1, /* first seen after its start (existed before stacktop) */
 	CONN_ACTIVE = 2,  /* this end sent the SYN (connect()): write_seq counts it */
+	CONN_CLOSED = 4,  /* reached TCP_CLOSE: bytes_out is final, reported when destroyed */
 };
 
 struct owner {
@@ -370,6 +371,14 @@ static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool 
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
+/* report_closed writes a closed connection's final entry to the ring. */
+static __always_inline void report_closed(struct conn *c)
+{
+	c->state = TCP_CLOSE;
+	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
+		count_drop(DROP_LOST);
+}
+
 /* tcp_state_change records a TCP socket's move from oldstate to newstate. */
 static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int newstate)
 {
@@ -391,8 +400,14 @@ static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int 
 	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
 				oldstate : newstate;
 	u64 cookie = tcp_key(sk);
-	if (started)
-		bpf_map_delete_elem(&conns, &cookie); /* a socket reused after close */
+	if (started) {
+		/* A socket reused after close (connect() again) ends its
+		 * previous connection here. */
+		struct conn *old = bpf_map_lookup_elem(&conns, &cookie);
+		if (old && (old->flags & CONN_CLOSED))
+			report_closed(old);
+		bpf_map_delete_elem(&conns, &cookie);
+	}
 	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
 	struct conn *c = tcp_entry(sk, cookie, true, flags, fin_state);
 	if (!c)
@@ -415,11 +430,36 @@ static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int 
 	}
 	if (newstate != TCP_CLOSE)
 		return;
+	/* What it wrote is final; what it reads is not yet: the application
+	 * may still read what is queued (the peer's FIN can complete the
+	 * close before that), so the entry is reported when the socket is
+	 * destroyed, by tcp_destroyed(). */
+	c->flags |= CONN_CLOSED;
 	if (oldstate == TCP_LISTEN)
 		bpf_map_delete_elem(&listeners, &lk);
-	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
-		count_drop(DROP_LOST);
-	bpf_map_delete_elem(&conns, &cookie);
+}
+
+/*
+ * tcp_destroyed reports a socket's final entry when the kernel destroys it
+ * (the application closed it, or it was an orphan that reached
+ * TCP_CLOSE): its bytes read are final only now. It returns whether it
+ * reported anything.
+ */
+static __always_inline bool tcp_destroyed(struct sock *sk)
+{
+	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
+		return false;
+	u64 key = tcp_key(sk);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return false;
+	u64 out = c->bytes_out;
+	refresh(c, sk, c->state); /* no move into TCP_CLOSE seen: as of its last state */
+	if (c->flags & CONN_CLOSED)
+		c->bytes_out = out;
+	report_closed(c);
+	bpf_map_delete_elem(&conns, &key);
+	return true;
 }
 
 /*
@@ -470,6 +510,23 @@ int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 		return 0; /* conns_tcp_state ran for it */
 	tcp_state_change(sk, oldstate, newstate);
 	count_drop(DROP_COVERED);
+	return 0;
+}
+
+/* The same pair for the destruction: an entry still there when the spare
+ * runs is one whose conns_tcp_destroy run the kernel skipped. */
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(conns_tcp_destroy, struct sock *sk)
+{
+	tcp_destroyed(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
+{
+	if (tcp_destroyed(sk))
+		count_drop(DROP_COVERED);
 	return 0;
 }
 

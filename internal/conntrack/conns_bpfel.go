@@ -75,25 +75,27 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	connsMapClosed              = "closed"
-	connsMapConns               = "conns"
-	connsMapDrops               = "drops"
-	connsMapFlows               = "flows"
-	connsMapListeners           = "listeners"
-	connsMapNetnsNew            = "netns_new"
-	connsMapOwners              = "owners"
-	connsMapStateMarks          = "state_marks"
-	connsProgConnsAccept        = "conns_accept"
-	connsProgConnsAccept4       = "conns_accept4"
-	connsProgConnsAdopt         = "conns_adopt"
-	connsProgConnsRefresh       = "conns_refresh"
-	connsProgConnsTcpState      = "conns_tcp_state"
-	connsProgConnsTcpStateSpare = "conns_tcp_state_spare"
-	connsProgConnsUdpDrop       = "conns_udp_drop"
-	connsProgConnsUdpEgress     = "conns_udp_egress"
-	connsProgConnsUdpIngress    = "conns_udp_ingress"
-	connsProgConnsUdpOwner      = "conns_udp_owner"
-	connsVarTracingCookie       = "tracing_cookie"
+	connsMapClosed                = "closed"
+	connsMapConns                 = "conns"
+	connsMapDrops                 = "drops"
+	connsMapFlows                 = "flows"
+	connsMapListeners             = "listeners"
+	connsMapNetnsNew              = "netns_new"
+	connsMapOwners                = "owners"
+	connsMapStateMarks            = "state_marks"
+	connsProgConnsAccept          = "conns_accept"
+	connsProgConnsAccept4         = "conns_accept4"
+	connsProgConnsAdopt           = "conns_adopt"
+	connsProgConnsRefresh         = "conns_refresh"
+	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
+	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
+	connsProgConnsTcpState        = "conns_tcp_state"
+	connsProgConnsTcpStateSpare   = "conns_tcp_state_spare"
+	connsProgConnsUdpDrop         = "conns_udp_drop"
+	connsProgConnsUdpEgress       = "conns_udp_egress"
+	connsProgConnsUdpIngress      = "conns_udp_ingress"
+	connsProgConnsUdpOwner        = "conns_udp_owner"
+	connsVarTracingCookie         = "tracing_cookie"
 )
 
 // loadConns returns the embedded CollectionSpec for conns.
@@ -138,16 +140,18 @@ type connsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
-	ConnsAccept        *ebpf.ProgramSpec `ebpf:"conns_accept"`
-	ConnsAccept4       *ebpf.ProgramSpec `ebpf:"conns_accept4"`
-	ConnsAdopt         *ebpf.ProgramSpec `ebpf:"conns_adopt"`
-	ConnsRefresh       *ebpf.ProgramSpec `ebpf:"conns_refresh"`
-	ConnsTcpState      *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
-	ConnsTcpStateSpare *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
-	ConnsUdpDrop       *ebpf.ProgramSpec `ebpf:"conns_udp_drop"`
-	ConnsUdpEgress     *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress    *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
-	ConnsUdpOwner      *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
+	ConnsAccept          *ebpf.ProgramSpec `ebpf:"conns_accept"`
+	ConnsAccept4         *ebpf.ProgramSpec `ebpf:"conns_accept4"`
+	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
+	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
+	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
+	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
+	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare   *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpDrop         *ebpf.ProgramSpec `ebpf:"conns_udp_drop"`
+	ConnsUdpEgress       *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress      *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
+	ConnsUdpOwner        *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
 }
 
 // connsMapSpecs contains maps before they are loaded into the kernel.
@@ -225,16 +229,18 @@ type connsVariables struct {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
-	ConnsAccept        *ebpf.Program `ebpf:"conns_accept"`
-	ConnsAccept4       *ebpf.Program `ebpf:"conns_accept4"`
-	ConnsAdopt         *ebpf.Program `ebpf:"conns_adopt"`
-	ConnsRefresh       *ebpf.Program `ebpf:"conns_refresh"`
-	ConnsTcpState      *ebpf.Program `ebpf:"conns_tcp_state"`
-	ConnsTcpStateSpare *ebpf.Program `ebpf:"conns_tcp_state_spare"`
-	ConnsUdpDrop       *ebpf.Program `ebpf:"conns_udp_drop"`
-	ConnsUdpEgress     *ebpf.Program `ebpf:"conns_udp_egress"`
-	ConnsUdpIngress    *ebpf.Program `ebpf:"conns_udp_ingress"`
-	ConnsUdpOwner      *ebpf.Program `ebpf:"conns_udp_owner"`
+	ConnsAccept          *ebpf.Program `ebpf:"conns_accept"`
+	ConnsAccept4         *ebpf.Program `ebpf:"conns_accept4"`
+	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
+	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
+	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
+	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
+	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
+	ConnsTcpStateSpare   *ebpf.Program `ebpf:"conns_tcp_state_spare"`
+	ConnsUdpDrop         *ebpf.Program `ebpf:"conns_udp_drop"`
+	ConnsUdpEgress       *ebpf.Program `ebpf:"conns_udp_egress"`
+	ConnsUdpIngress      *ebpf.Program `ebpf:"conns_udp_ingress"`
+	ConnsUdpOwner        *ebpf.Program `ebpf:"conns_udp_owner"`
 }
 
 func (p *connsPrograms) Close() error {
@@ -243,6 +249,8 @@ func (p *connsPrograms) Close() error {
 		p.ConnsAccept4,
 		p.ConnsAdopt,
 		p.ConnsRefresh,
+		p.ConnsTcpDestroy,
+		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,
 		p.ConnsTcpStateSpare,
 		p.ConnsUdpDrop,

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -45,7 +46,10 @@ var hooks = []hook{
 	// accepted.
 	{"tcp-accept", true, false, []candidate{syscallExit(map[string]string{
 		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
-	{"tcp-state", true, false, []candidate{tracing("conns_tcp_state", spareProgram)}},
+	{"tcp-state", true, false, []candidate{tracing("conns_tcp_state", "conns_tcp_state_spare")}},
+	// A closed socket is reported when it is destroyed: until then its
+	// application may still read what is queued. The same pairing.
+	{"tcp-destroy", true, false, []candidate{tracing("conns_tcp_destroy", "conns_tcp_destroy_spare")}},
 	{"tcp-counters", true, false, []candidate{iterator(refreshProgram)}},
 	{"tcp-adopt", true, false, []candidate{iterator(adoptProgram)}},
 	{"udp-owner", true, false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
@@ -64,10 +68,11 @@ const (
 	adoptProgram   = "conns_adopt"
 )
 
-// spareProgram runs second on inet_sock_set_state. Its own skipped runs
-// lose nothing unless conns_tcp_state's run was skipped too, which the
-// first program's count of skipped runs less the spare's applied ones tells.
-const spareProgram = "conns_tcp_state_spare"
+// spare tells the programs that run second on a tracepoint to apply what
+// the first one's skipped runs missed. Their own skipped runs lose nothing
+// unless the first program's run was skipped too, which the first
+// program's count of skipped runs less the spares' applied ones tells.
+func spare(program string) bool { return strings.HasSuffix(program, "_spare") }
 
 // tracing is one or more tp_btf programs of the tracepoint backend, attached
 // in this order: a tracepoint calls its programs in the order they attached.

@@ -399,3 +399,35 @@ func children(pid uint32) []uint32 {
 func hookAttached(tr *Tracker, hook string) bool {
 	return slices.ContainsFunc(tr.Choices(), func(c features.Choice) bool { return c.Hook == hook && c.Backend != "" })
 }
+
+// TestSplicedBytes: an echo server that copies with io.Copy between its
+// connection's two directions, which Go does with splice(2) (reading the
+// socket into a pipe, no recvmsg): both ends still count every byte.
+func TestSplicedBytes(t *testing.T) {
+	const n = 1 << 20
+	p := testenv.NewPeer(t, "stc-splice", 63)
+	tr := openTracker(t, Config{})
+	l := p.ServeTCP(t, addrPort(p.PeerIP4, 0), func(c net.Conn) { _, _ = io.Copy(c, c) })
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	c, err := net.Dial("tcp", addrPort(p.PeerIP4, int(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = c.Write(make([]byte, n))
+		_ = c.(*net.TCPConn).CloseWrite()
+	}()
+	if got, err := io.Copy(io.Discard, c); err != nil || got != n {
+		t.Fatalf("echoed %d bytes (%v), want %d", got, err, n)
+	}
+	c.Close()
+	ours := func(r *conn.Record) bool {
+		return r.Event == conn.Closed && r.Proto == "tcp" && (r.LocalPort == port || r.RemotePort == port)
+	}
+	h := poll(t, tr, func(h *history) bool { return len(find(h.closed, ours)) == 2 })
+	for _, r := range find(h.closed, ours) {
+		if r.BytesIn != n || r.BytesOut != n {
+			t.Errorf("%s:%d: bytes in/out %d/%d, want %d/%d", r.LocalAddr, r.LocalPort, r.BytesIn, r.BytesOut, n, n)
+		}
+	}
+}

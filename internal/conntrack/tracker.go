@@ -387,7 +387,7 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	var skipped uint64
 	for _, a := range t.attached {
-		if a.name == spareProgram {
+		if spare(a.name) {
 			continue
 		}
 		s, err := a.prog.Stats()
