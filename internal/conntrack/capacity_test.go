@@ -85,6 +85,21 @@ func TestClosedBeyondLimit(t *testing.T) {
 	if _, err := tr.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+	// The host's own connections, adopted at start-up, would take the
+	// small table's room on a busy machine: forget them (they come back
+	// only at a state change). The test is about the closed events.
+	var key uint64
+	var c connsConn
+	var adopted []uint64
+	for it := tr.objs.Conns.Iterate(); it.Next(&key, &c); {
+		if c.Sport != uint16(l.Addr().(*net.TCPAddr).Port) {
+			adopted = append(adopted, key)
+		}
+	}
+	for _, k := range adopted {
+		_ = tr.objs.Conns.Delete(k)
+	}
+	t.Logf("forgot %d adopted sockets of the host", len(adopted))
 	runHelperProc(t, "tcp", "STC_ADDR="+addrPort(p.PeerIP4, l.Addr().(*net.TCPAddr).Port), "STC_SEND=1",
 		"STC_RECV=0", "STC_COUNT="+strconv.Itoa(n))
 	deadline := time.Now().Add(10 * time.Second)
