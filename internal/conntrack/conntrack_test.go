@@ -234,8 +234,9 @@ func TestPreexistingConnection(t *testing.T) {
 		t.Errorf("the server's end in namespace %d: %s", p.Inode(), dump(peerEnd))
 	}
 
-	// Once it moves data the kernel's entry for it (same socket cookie as
-	// sock_diag's) takes over: still one record, still partial.
+	// It was adopted into the kernel's table (same socket cookie as
+	// sock_diag's): the bytes it moves show at the next refresh, in the
+	// same record, still partial.
 	const msg = "hello\n"
 	if _, err := io.WriteString(send, msg); err != nil {
 		t.Fatal(err)

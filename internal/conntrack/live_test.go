@@ -431,3 +431,19 @@ func TestSplicedBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestPreexistingUDPOwner: a UDP socket created before the tracker started
+// (so its creation was not seen) has its owner from the start-up listing.
+func TestPreexistingUDPOwner(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-udppre", 64)
+	port := udpServer(t, p, 10)
+	tr := openTracker(t, Config{})
+	runHelperProc(t, "udp", "STC_ADDR="+addrPort(p.PeerIP4, int(port)), "STC_SEND=10", "STC_COUNT=2")
+	server := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == port }
+	h := poll(t, tr, func(h *history) bool { return len(find(h.last.Records, server)) == 2 }) // one per peer
+	for _, r := range find(h.last.Records, server) {
+		if r.PID != uint32(os.Getpid()) || r.Netns != uint32(p.Inode()) {
+			t.Errorf("server flow owned by %d in namespace %d, want %d in %d", r.PID, r.Netns, os.Getpid(), p.Inode())
+		}
+	}
+}

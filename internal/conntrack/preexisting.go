@@ -35,20 +35,22 @@ type preexisting struct {
 
 // listPreexisting enumerates the TCP sockets of every network namespace it
 // can find (those of processes, and those named under /run/netns), with
-// their owners. sock_diag answers for one namespace at a time.
-func listPreexisting() map[uint64]*preexisting {
+// their owners, and the owners of the UDP sockets (udp, by cookie).
+// sock_diag answers for one namespace at a time.
+func listPreexisting() (tcp map[uint64]*preexisting, udp map[uint64]connsOwner) {
 	owners := socketOwners()
-	out := map[uint64]*preexisting{}
+	tcp, udp = map[uint64]*preexisting{}, map[uint64]connsOwner{}
 	for ino, path := range namespaces() {
-		if err := listNamespace(path, ino, owners, out); err != nil {
+		if err := listNamespace(path, ino, owners, tcp, udp); err != nil {
 			// Namespaces come and go; one that vanished has nothing to list.
 			slog.Debug("listing connections of a network namespace", "path", path, "err", err)
 		}
 	}
-	return out
+	return tcp, udp
 }
 
-func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map[uint64]*preexisting) error {
+func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map[uint64]*preexisting,
+	udp map[uint64]connsOwner) error {
 	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return err
@@ -93,6 +95,17 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 			}
 			out[cookie] = p
 		}
+		// UDP sockets get their owner when they are created: those that
+		// were created before start-up get it from /proc.
+		udpSocks, err := h.SocketDiagUDP(family)
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return fmt.Errorf("sock_diag UDP dump: %w", err)
+		}
+		for _, s := range udpSocks {
+			if o, ok := owners[uint64(s.INode)]; ok {
+				udp[uint64(s.ID.Cookie[0])|uint64(s.ID.Cookie[1])<<32] = kernelOwner(o.pid, o.comm, o.cgroup, ino)
+			}
+		}
 	}
 	return nil
 }
@@ -131,6 +144,27 @@ func (t *Tracker) adoptPreexisting() error {
 	return inEach(all, it)
 }
 
+// seedUDPOwners gives the UDP sockets that existed before start-up their
+// owners, as cgroup/sock_create does for new ones.
+func (t *Tracker) seedUDPOwners(owners map[uint64]connsOwner) error {
+	for cookie, o := range owners {
+		if err := t.objs.Owners.Update(&cookie, &o, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("recording UDP socket owners: %w", err)
+		}
+	}
+	return nil
+}
+
+// kernelOwner is an owner as the BPF programs record it.
+func kernelOwner(pid uint32, comm, cgroupPath string, netns uint32) connsOwner {
+	o := connsOwner{Pid: pid, Netns: netns}
+	o.CgroupId, _ = cgroup.ID(cgroupPath) // 0 (unknown) when it vanished meanwhile
+	for i := 0; i < len(o.Comm) && i < len(comm); i++ {
+		o.Comm[i] = int8(comm[i])
+	}
+	return o
+}
+
 // seedListeners tells the kernel the owners of listeners that existed before
 // start-up, so that connections they accept from now on are attributed at
 // once, as those of listeners created later are.
@@ -140,11 +174,7 @@ func (t *Tracker) seedListeners() error {
 		if r.State != "LISTEN" || r.PID == 0 {
 			continue
 		}
-		o := connsOwner{Pid: r.PID, Netns: r.Netns}
-		o.CgroupId, _ = cgroup.ID(r.Cgroup) // 0 (unknown) when it vanished meanwhile
-		for i := 0; i < len(o.Comm) && i < len(r.Comm); i++ {
-			o.Comm[i] = int8(r.Comm[i])
-		}
+		o := kernelOwner(r.PID, r.Comm, r.Cgroup, r.Netns)
 		k := connsListenerKey{Netns: r.Netns, Port: r.LocalPort}
 		if err := t.objs.Listeners.Update(&k, &o, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("recording listener owners: %w", err)

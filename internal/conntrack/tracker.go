@@ -186,8 +186,12 @@ func (t *Tracker) open() error {
 	}
 	// Listed after attaching, so that no connection falls between the two:
 	// one that closes in between is reported by the kernel.
-	t.preexisting = listPreexisting()
+	var udpOwners map[uint64]connsOwner
+	t.preexisting, udpOwners = listPreexisting()
 	if err := t.seedListeners(); err != nil {
+		return err
+	}
+	if err := t.seedUDPOwners(udpOwners); err != nil {
 		return err
 	}
 	if err := t.adoptPreexisting(); err != nil {
