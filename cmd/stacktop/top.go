@@ -71,7 +71,7 @@ func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
 func backends(choices []features.Choice) string {
 	var names []string
 	for _, c := range choices {
-		if !slices.Contains(names, string(c.Backend)) {
+		if c.Backend != "" && !slices.Contains(names, string(c.Backend)) { // "": an optional hook refused
 			names = append(names, string(c.Backend))
 		}
 	}

@@ -68,6 +68,13 @@ const (
 	adoptProgram   = "conns_adopt"
 )
 
+// What the doctor table and the backend metric show for the shared hooks
+// that are neither tracepoints nor fentry; --backend cannot choose them.
+const (
+	iteratorPath features.Backend = "iterator"
+	cgroupPath   features.Backend = "cgroup"
+)
+
 // spare tells the programs that run second on a tracepoint to apply what
 // the first one's skipped runs missed. Their own skipped runs lose nothing
 // unless the first program's run was skipped too, which the first
@@ -132,7 +139,7 @@ func tracepointArgs(tp string) (int, error) {
 // cgroupProgram attaches to the root of the cgroup v2 hierarchy, which
 // every socket on the host belongs to (directly or below).
 func cgroupProgram(program string, at ebpf.AttachType) candidate {
-	return candidate{features.Tracepoint, func(t *Tracker) error {
+	return candidate{cgroupPath, func(t *Tracker) error {
 		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			root, err := cgroup.Root()
 			if err != nil {
@@ -166,7 +173,7 @@ func syscallExit(programs map[string]string) candidate {
 // iterator makes a BPF iterator link; reading it (readIterator) runs the
 // program.
 func iterator(program string) candidate {
-	return candidate{features.Tracepoint, func(t *Tracker) error {
+	return candidate{iteratorPath, func(t *Tracker) error {
 		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			return link.AttachIter(link.IterOptions{Program: p})
 		})
