@@ -69,7 +69,7 @@ accepted it and, if not, the error it answered with.`,
 // got; a command with hooks adds its line here.
 var hookProbers = map[string]func() ([]features.Choice, error){
 	"latency":    func() ([]features.Choice, error) { return latency.Probe(features.Auto) },
-	"top/stream": func() ([]features.Choice, error) { return conntrack.Probe(features.Auto) },
+	"top/stream": func() ([]features.Choice, error) { return conntrack.Probe() },
 }
 
 // probeHooks runs every prober; a hook no backend could attach shows up with

@@ -127,7 +127,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if c.sel, err = o.connSelector(c.latency); err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle, MaxConnections: o.maxConn}
+	c.conns = conntrack.Config{UDPIdle: o.udpIdle, MaxConnections: o.maxConn}
 	return c, nil
 }
 

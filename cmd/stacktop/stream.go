@@ -36,7 +36,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	f.filter.Register(fs)
 	fs.StringVar(&f.log, "log", "", "also append CSV rows to this file (created with a header if absent)")
 	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
-	fs.StringVar(&f.backend, "backend", string(features.Auto), "hook backend: auto, fentry, tracepoint")
+	fs.StringVar(&f.backend, "backend", string(features.Auto), "auto, fentry or tracepoint; accepted for compatibility: no connection hook depends on it")
 	registerMaxConnections(fs, &f.maxConn)
 }
 
@@ -65,8 +65,8 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	if err := checkMaxConnections(f.maxConn); err != nil {
 		return conntrack.Config{}, err
 	}
-	backend, err := features.ParseBackend(f.backend)
-	if err != nil {
+	// Validated, but no connection hook depends on the backend.
+	if _, err := features.ParseBackend(f.backend); err != nil {
 		return conntrack.Config{}, err
 	}
 	filter, err := f.filter.Compile()
@@ -78,7 +78,7 @@ func (f *connFlags) config() (conntrack.Config, error) {
 			return conntrack.Config{}, err
 		}
 	}
-	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn}, nil
+	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn}, nil
 }
 
 func newStreamCmd() *cobra.Command {

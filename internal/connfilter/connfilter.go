@@ -101,6 +101,15 @@ func (o *Options) Compile() (*Filter, error) {
 	return f, nil
 }
 
+// Protocols reports which protocols the filter can select (both for nil),
+// so that the tracker attaches nothing for the other.
+func (f *Filter) Protocols() (tcp, udp bool) {
+	if f == nil {
+		return true, true
+	}
+	return f.tcp, f.udp
+}
+
 func (o *Options) changed(flag string) bool { return o.fs != nil && o.fs.Changed(flag) }
 
 // Match reports whether r passes every filter.

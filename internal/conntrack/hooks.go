@@ -21,12 +21,12 @@ import (
 )
 
 // hook is one attachment point the tracker needs, with the ways to
-// implement it in preference order. A shared hook has one implementation
-// that every backend uses (tp_btf/inet_sock_set_state and cgroup_skb exist
-// wherever either backend works), so --backend does not apply to it.
+// implement it in preference order. Every hook has one implementation that
+// exists wherever either latency backend works (tracepoints, iterators and
+// cgroup programs, 5.10+), so --backend does not apply to connection
+// tracking.
 type hook struct {
 	name       string
-	shared     bool
 	optional   bool // a kernel without it still tracks connections, knowing less
 	candidates []candidate
 }
@@ -44,20 +44,20 @@ var hooks = []hook{
 	// Accepted sockets are looked up at accept()'s exit: attached before
 	// tcp-state, so that every socket tracked from its birth is also seen
 	// accepted.
-	{"tcp-accept", true, false, []candidate{syscallExit(map[string]string{
+	{"tcp-accept", false, []candidate{syscallExit(map[string]string{
 		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
-	{"tcp-state", true, false, []candidate{tracing("conns_tcp_state", "conns_tcp_state_spare")}},
+	{"tcp-state", false, []candidate{tracing("conns_tcp_state", "conns_tcp_state_spare")}},
 	// A closed socket is reported when it is destroyed: until then its
 	// application may still read what is queued. The same pairing.
-	{"tcp-destroy", true, false, []candidate{tracing("conns_tcp_destroy", "conns_tcp_destroy_spare")}},
-	{"tcp-counters", true, false, []candidate{iterator(refreshProgram)}},
-	{"tcp-adopt", true, false, []candidate{iterator(adoptProgram)}},
-	{"udp-owner", true, false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", true, false, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", true, false, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
+	{"tcp-destroy", false, []candidate{tracing("conns_tcp_destroy", "conns_tcp_destroy_spare")}},
+	{"tcp-counters", false, []candidate{iterator(refreshProgram)}},
+	{"tcp-adopt", false, []candidate{iterator(adoptProgram)}},
+	{"udp-owner", false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
+	{"udp-ingress", false, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", false, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
 	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
 	// without it drops stay in bytes_in and drops_in is 0.
-	{"udp-drops", true, true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing("conns_udp_drop"))}},
+	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing("conns_udp_drop"))}},
 }
 
 // The iterators over a network namespace's TCP sockets: user space runs
@@ -192,14 +192,15 @@ func mountTracefs() error {
 	return nil
 }
 
-// iterator returns an attached iterator's link.
-func (t *Tracker) iterator(program string) (*link.Iter, error) {
+// iterator returns an attached iterator's link, or nil when it is not
+// attached (--udp tracks no TCP).
+func (t *Tracker) iterator(program string) *link.Iter {
 	for _, a := range t.attached {
 		if it, ok := a.link.(*link.Iter); ok && a.name == program {
-			return it, nil
+			return it
 		}
 	}
-	return nil, fmt.Errorf("iterator %s is not attached", program)
+	return nil
 }
 
 // readIterator opens an iterator in the calling thread's network namespace
@@ -219,18 +220,21 @@ func readIterator(it *link.Iter) error {
 // attachHooks picks a backend for every hook and keeps what it attached. It
 // tries every hook even after one failed, so that the choices tell the
 // whole story.
-func (t *Tracker) attachHooks(forced features.Backend) error {
+func (t *Tracker) attachHooks() error {
 	var failed []error
+	tcp, udp := t.cfg.Filter.Protocols()
 	for _, h := range hooks {
+		// Hook names say their protocol: --tcp attaches nothing for UDP
+		// (whose cgroup_skb programs would see every packet), --udp
+		// nothing for TCP.
+		if !tcp && strings.HasPrefix(h.name, "tcp-") || !udp && strings.HasPrefix(h.name, "udp-") {
+			continue
+		}
 		cands := make([]features.Candidate, len(h.candidates))
 		for i, c := range h.candidates {
 			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attachAll(c) }}
 		}
-		backend := forced
-		if h.shared {
-			backend = features.Auto
-		}
-		choice, err := features.Choose(h.name, backend, cands...)
+		choice, err := features.Choose(h.name, features.Auto, cands...)
 		t.choices = append(t.choices, choice)
 		if err != nil && !h.optional {
 			failed = append(failed, err)
@@ -243,7 +247,7 @@ func (t *Tracker) attachHooks(forced features.Backend) error {
 	if len(failed) > 1 {
 		more = fmt.Sprintf(" (and %d more hooks)", len(failed)-1)
 	}
-	return fmt.Errorf("connection tracking: %w%s; `stacktop doctor` shows what this kernel allows, --backend auto picks what works",
+	return fmt.Errorf("connection tracking: %w%s; `stacktop doctor` shows what this kernel allows",
 		failed[0], more)
 }
 

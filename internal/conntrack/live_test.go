@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -444,6 +445,33 @@ func TestPreexistingUDPOwner(t *testing.T) {
 	for _, r := range find(h.last.Records, server) {
 		if r.PID != uint32(os.Getpid()) || r.Netns != uint32(p.Inode()) {
 			t.Errorf("server flow owned by %d in namespace %d, want %d in %d", r.PID, r.Netns, os.Getpid(), p.Inode())
+		}
+	}
+}
+
+// TestProtocolHooks: --tcp attaches no UDP program (the cgroup_skb ones
+// would see every packet) and --udp no TCP program; either still takes
+// snapshots.
+func TestProtocolHooks(t *testing.T) {
+	for _, c := range []struct {
+		opts   connfilter.Options
+		absent string
+	}{{connfilter.Options{TCP: true}, "udp-"}, {connfilter.Options{UDP: true}, "tcp-"}} {
+		f, err := c.opts.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := openTracker(t, Config{Filter: f})
+		for _, ch := range tr.Choices() {
+			if strings.HasPrefix(ch.Hook, c.absent) {
+				t.Errorf("%+v: hook %s attached", c.opts, ch.Hook)
+			}
+		}
+		if len(tr.Choices()) == 0 {
+			t.Errorf("%+v: nothing attached", c.opts)
+		}
+		if _, err := tr.Snapshot(); err != nil {
+			t.Errorf("%+v: Snapshot: %v", c.opts, err)
 		}
 	}
 }

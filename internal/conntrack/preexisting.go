@@ -130,9 +130,9 @@ func namespaces() map[uint32]string {
 // entry in the kernel's table, so that its counters are refreshed like
 // those of the others (conns_adopt, in every namespace).
 func (t *Tracker) adoptPreexisting() error {
-	it, err := t.iterator(adoptProgram)
-	if err != nil {
-		return err
+	it := t.iterator(adoptProgram)
+	if it == nil {
+		return nil
 	}
 	all := map[uint32]netns.NsHandle{}
 	defer closeHandles(all)

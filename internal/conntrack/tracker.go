@@ -49,7 +49,6 @@ const (
 
 // Config chooses what the tracker attaches and reports.
 type Config struct {
-	Backend features.Backend   // per-hook backend; "" means auto
 	UDPIdle time.Duration      // 0 means DefaultUDPIdle
 	Filter  *connfilter.Filter // nil selects everything
 	// MaxConnections is the number of entries of the kernel's TCP socket
@@ -108,9 +107,6 @@ type Tracker struct {
 // Open loads and attaches the connection hooks and lists the connections
 // that already exist. Close it to detach.
 func Open(cfg Config) (*Tracker, error) {
-	if cfg.Backend == "" {
-		cfg.Backend = features.Auto
-	}
 	if cfg.UDPIdle == 0 {
 		cfg.UDPIdle = DefaultUDPIdle
 	}
@@ -127,13 +123,13 @@ func Open(cfg Config) (*Tracker, error) {
 
 // Probe attaches every connection hook, detaches them again and reports the
 // backend each got or why none would attach (for doctor).
-func Probe(backend features.Backend) ([]features.Choice, error) {
+func Probe() ([]features.Choice, error) {
 	t := &Tracker{cfg: Config{MaxConnections: DefaultMaxConnections}}
 	defer t.Close()
 	if err := t.loadMaps(); err != nil {
 		return nil, err
 	}
-	err := t.attachHooks(backend)
+	err := t.attachHooks()
 	return t.choices, err
 }
 
@@ -181,7 +177,7 @@ func (t *Tracker) open() error {
 	if t.closed, err = newClosedCollector(t.objs.Closed, t.cfg.MaxConnections); err != nil {
 		return err
 	}
-	if err := t.attachHooks(t.cfg.Backend); err != nil {
+	if err := t.attachHooks(); err != nil {
 		return err
 	}
 	// Listed after attaching, so that no connection falls between the two:
