@@ -41,8 +41,8 @@ type overheadRound struct {
 // Why the rounds of a path and connection count stopped.
 const (
 	stoppedSettled = "every ratio within the precision or its target decided"
-	stoppedRounds  = "maximum rounds"
-	stoppedBudget  = "time budget"
+	stoppedRounds  = "maximum rounds reached"
+	stoppedBudget  = "time budget spent"
 )
 
 // runOverhead runs, for every path and connection count, the interleaved

@@ -40,7 +40,9 @@ func renderMarkdown(res *results) string {
 		}
 		b.WriteString("\n")
 		for _, o := range res.Overhead {
-			fmt.Fprintf(&b, "%s, %d connections: %d rounds, stopped at the %s.\n", o.Path, o.Conns, len(o.Rounds), o.Stopped)
+			if o.Stopped != "" { // results.json of an earlier version has no reason
+				fmt.Fprintf(&b, "%s, %d connections: %d rounds; stopped: %s.\n", o.Path, o.Conns, len(o.Rounds), o.Stopped)
+			}
 		}
 		b.WriteString("\n")
 	}

@@ -47,7 +47,7 @@ func TestReportShowsIntervalsAndVerdicts(t *testing.T) {
 		"| loopback | 100 | stream | 3 | 0.795 ± 0.263 (0.686–0.898) | 1.000 ± 0.000 (1.000–1.000) |",
 		"| stream loopback, 100 conns: req/s ratio ≥ 0.97 (issue 16) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
 		"| stream loopback, 100 conns: p99 ratio ≤ 1.10 (issue 16) | 1.000 ± 0.000 | met (interval within the target) |",
-		"loopback, 100 connections: 7 rounds, stopped at the " + stoppedSettled,
+		"loopback, 100 connections: 7 rounds; stopped: " + stoppedSettled,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
