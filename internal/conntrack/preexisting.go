@@ -21,10 +21,10 @@ import (
 )
 
 // preexisting is a TCP socket that was open before the tracker attached, as
-// sock_diag listed it at start-up. Its counters (segments, RTT,
-// retransmits) are the kernel's lifetime values from tcp_info; its bytes
-// start at zero because tcp_info counts sequence space acknowledged
-// (including SYN and FIN), not the bytes the application moved.
+// sock_diag listed it at start-up. It gives the socket's kernel entry
+// (adopted by conns_adopt) its owner from /proc, and stands in for the
+// entry where there is none (the table was full): then its segments, RTT
+// and retransmits are tcp_info's as of start-up, and its bytes 0.
 type preexisting struct {
 	rec    conn.Record // Event, TS and rates are set per snapshot
 	cookie uint64
