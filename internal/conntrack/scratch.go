@@ -69,7 +69,7 @@ func (s *scratch) begin() {
 	clear(s.gone)
 }
 
-type totals struct{ in, out uint64 }
+type totals struct{ in, out, packetsIn uint64 }
 
 // ledger holds the byte counts each connection had at the last refresh
 // that reported it (for rates, and to tell new from update). Entries are
@@ -89,7 +89,7 @@ func (h ledger[K]) report(k K, r *conn.Record, closed bool, refresh uint64) (tot
 	if closed {
 		delete(h, k)
 	} else {
-		h[k] = reported{totals{r.BytesIn, r.BytesOut}, refresh}
+		h[k] = reported{totals{r.BytesIn, r.BytesOut, r.PacketsIn}, refresh}
 	}
 	return prev.totals, seen
 }

@@ -334,6 +334,12 @@ func (t *Tracker) udpFlows(emit func(*conn.Record, totals, bool, bool)) error {
 			expired = append(expired, k)
 		}
 		r := t.udpRecord(&k, f)
+		if p, ok := s.udp[k]; ok {
+			// A datagram is counted at ingress and, when the socket then
+			// drops it, moved to drops_in a moment later: a refresh in
+			// between saw it received. Received counts never go down.
+			r.BytesIn, r.PacketsIn = max(r.BytesIn, p.in), max(r.PacketsIn, p.packetsIn)
+		}
 		prev, seen := s.udp.report(k, &r, idle, s.refresh)
 		emit(&r, prev, seen, idle)
 	}
