@@ -99,6 +99,7 @@ enum conn_flags {
 	CONN_PARTIAL = 1, /* first seen after its start (existed before stacktop) */
 	CONN_ACTIVE = 2,  /* this end sent the SYN (connect()): write_seq counts it */
 	CONN_CLOSED = 4,  /* reached TCP_CLOSE: bytes_out is final, reported when destroyed */
+	CONN_OWNED = 8,   /* owner taken from the socket's own process (not its listener's) */
 };
 
 struct owner {
@@ -412,8 +413,14 @@ static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int 
 	struct conn *c = tcp_entry(sk, cookie, true, flags, fin_state);
 	if (!c)
 		return;
-	if (started)
+	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
+	 * in its process: without accept()'s exit (tcp-accept refused), that
+	 * is where an accepted socket learns its owner. */
+	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
+	if (started || (closing && !(c->flags & CONN_OWNED))) {
 		set_owner(&c->owner, sk);
+		c->flags |= CONN_OWNED;
+	}
 	if (newstate != TCP_CLOSE || !c->family)
 		read_tuple(c, sk);
 	refresh(c, sk, fin_state);
@@ -616,8 +623,10 @@ static __always_inline void accepted(long fd)
 		key = (u64)sk;
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
-	if (c && c->sk == (u64)sk)
+	if (c && c->sk == (u64)sk) {
 		set_owner(&c->owner, sk);
+		c->flags |= CONN_OWNED;
+	}
 }
 
 SEC("tracepoint/syscalls/sys_exit_accept4")

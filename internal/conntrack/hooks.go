@@ -43,8 +43,10 @@ var hooks = []hook{
 	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
 	// Accepted sockets are looked up at accept()'s exit: attached before
 	// tcp-state, so that every socket tracked from its birth is also seen
-	// accepted.
-	{"tcp-accept", false, []candidate{syscallExit(map[string]string{
+	// accepted. Optional: the syscalls' tracepoints need tracefs, which
+	// only root may read; without them an accepted socket has its
+	// listener's owner until the process that closes it.
+	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
 		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
 	{"tcp-state", false, []candidate{tracing("conns_tcp_state", "conns_tcp_state_spare")}},
 	// A closed socket is reported when it is destroyed: until then its
@@ -183,8 +185,12 @@ func iterator(program string) candidate {
 const tracefs = "/sys/kernel/tracing"
 
 func mountTracefs() error {
-	if _, err := os.Stat(tracefs + "/events"); err == nil {
+	_, err := os.Stat(tracefs + "/events")
+	if err == nil {
 		return nil
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("tracefs: %w (only root may read it)", err)
 	}
 	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
 		return fmt.Errorf("mounting tracefs on %s: %w", tracefs, err)

@@ -100,12 +100,22 @@ func inEach(handles map[uint32]netns.NsHandle, it *link.Iter) error {
 	}
 	defer home.Close()
 	var errs []error
+	away := false // entering a namespace, one's own too, takes CAP_SYS_ADMIN
 	for ino, h := range handles {
+		if h.Equal(home) && !away {
+			errs = append(errs, readIterator(it))
+			continue
+		}
 		if err := netns.Set(h); err != nil {
 			slog.Debug("entering a network namespace", "netns", ino, "err", err)
 			continue
 		}
+		away = true
 		errs = append(errs, readIterator(it))
+	}
+	if !away {
+		runtime.UnlockOSThread()
+		return errors.Join(errs...)
 	}
 	if err := netns.Set(home); err != nil {
 		// The thread stays locked, and ends with its goroutine's, rather
