@@ -236,14 +236,20 @@ func TestPreexistingConnection(t *testing.T) {
 
 	// It was adopted into the kernel's table (same socket cookie as
 	// sock_diag's): the bytes it moves show at the next refresh, in the
-	// same record, still partial.
+	// same record, still partial. Before 5.15 (no adoption, see
+	// tcpIteratorSafe) it keeps its start-up counters until a state change.
 	const msg = "hello\n"
 	if _, err := io.WriteString(send, msg); err != nil {
 		t.Fatal(err)
 	}
+	want := uint64(len(msg))
+	if !hookAttached(tr, "tcp-adopt") {
+		want = 0
+		time.Sleep(500 * time.Millisecond)
+	}
 	h := poll(t, tr, func(h *history) bool {
 		rs = find(h.last.Records, func(r *conn.Record) bool { return r.LocalPort == uint16(local) && r.RemotePort == uint16(port) })
-		return len(rs) != 1 || rs[0].BytesOut == uint64(len(msg))
+		return len(rs) != 1 || rs[0].BytesOut == want
 	})
 	if len(rs) != 1 || !rs[0].Partial || rs[0].Event != conn.Update || rs[0].PID != uint32(cmd.Process.Pid) {
 		t.Errorf("after sending: %s; the whole snapshot:\n%s", dump(rs), dump(h.last.Records))

@@ -52,8 +52,10 @@ var hooks = []hook{
 	// A closed socket is reported when it is destroyed: until then its
 	// application may still read what is queued. The same pairing.
 	{"tcp-destroy", false, []candidate{tracing("conns_tcp_destroy", "conns_tcp_destroy_spare")}},
-	{"tcp-counters", false, []candidate{iterator(refreshProgram)}},
-	{"tcp-adopt", false, []candidate{iterator(adoptProgram)}},
+	// Optional: before 5.15 the TCP iterator is not used (see
+	// tcpIteratorSafe); counters are then read at state changes only.
+	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
+	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
 	{"udp-owner", false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
 	{"udp-ingress", false, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
 	{"udp-egress", false, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
@@ -176,6 +178,9 @@ func syscallExit(programs map[string]string) candidate {
 // program.
 func iterator(program string) candidate {
 	return candidate{iteratorPath, func(t *Tracker) error {
+		if err := tcpIteratorSafe(); err != nil {
+			return err
+		}
 		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			return link.AttachIter(link.IterOptions{Program: p})
 		})
@@ -197,6 +202,23 @@ func mountTracefs() error {
 	}
 	return nil
 }
+
+// tcpIteratorSafe says why the TCP iterator must not be used here, or nil.
+// Before 5.15 it walked the socket tables under their bucket locks without
+// taking the sockets' (5.15 made it batch and lock_sock each socket, and
+// added struct bpf_tcp_iter_state): on the 5.10 guest, a tracker opened
+// while 200 connections a second came and went locked up both CPUs
+// (TestStartupUnderChurn, twice in a row).
+var tcpIteratorSafe = sync.OnceValue(func() error {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return fmt.Errorf("kernel BTF: %w", err)
+	}
+	if _, err := spec.AnyTypeByName("bpf_tcp_iter_state"); err != nil {
+		return errors.New("iter/tcp before 5.15 (no batching) can lock up under connection churn: not used")
+	}
+	return nil
+})
 
 // iterator returns an attached iterator's link, or nil when it is not
 // attached (--udp tracks no TCP).
