@@ -6,8 +6,13 @@ BIN ?= bin/stacktop
 
 .PHONY: build generate check-generated lint test deps matrix bench
 
+# The version and commit come from git (`stacktop --version` prints them);
+# -s -w strips the symbol table and DWARF (about a third of the size).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
 
 generate:
 	scripts/bpf-generate.sh
@@ -21,6 +26,7 @@ deps:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags gendocs ./cmd/stacktop
 
 # Integration tests load real BPF programs and create network namespaces, so
 # packages run one at a time (-p 1) to keep their traffic and checks apart.
@@ -44,3 +50,26 @@ matrix:
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)
+
+# Packaging (docs/PACKAGING.md): a .deb, a FROM scratch image and a Helm
+# chart, all from the binary `make build` made, reproducible for one commit
+# (SOURCE_DATE_EPOCH defaults to the last commit's time). CI builds and checks
+# all three in deploy/packaging_test.go.
+.PHONY: deb image chart packages
+DIST ?= build
+IMAGE ?= localhost/stacktop:$(VERSION)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+export SOURCE_DATE_EPOCH VERSION
+
+deb: build
+	scripts/deb.sh $(BIN) $(DIST)
+
+image: build
+	buildah bud --timestamp $(SOURCE_DATE_EPOCH) --build-arg VERSION=$(VERSION) \
+		-f deploy/container/Containerfile -t $(IMAGE) $(dir $(BIN))
+
+chart:
+	$(GO) tool helm lint --strict deploy/helm/stacktop
+	$(GO) tool helm package --app-version $(VERSION) -d $(DIST) deploy/helm/stacktop
+
+packages: deb image chart
