@@ -152,6 +152,9 @@ func TestImage(t *testing.T) {
 	}
 	id := build()
 	t.Cleanup(func() { exec.Command(buildah, "rmi", "--force", image).Run() })
+	if len(id) != 64 {
+		t.Fatalf("image ID %q", id)
+	}
 	if again := build(); again != id {
 		t.Errorf("two builds of one commit give images %s and %s", id, again)
 	}
@@ -273,8 +276,13 @@ func TestHelmChart(t *testing.T) {
 	}
 	dist := t.TempDir()
 	runMake(t, "chart", "DIST="+dist)
-	if tgz, _ := filepath.Glob(filepath.Join(dist, "stacktop-*.tgz")); len(tgz) != 1 {
-		t.Errorf("make chart packaged %v", tgz)
+	tgz, _ := filepath.Glob(filepath.Join(dist, "stacktop-*.tgz"))
+	if len(tgz) != 1 {
+		t.Fatalf("make chart packaged %v", tgz)
+	}
+	describe := strings.TrimSpace(run(t, "git", "describe", "--tags", "--always", "--dirty"))
+	if chart := string(helm("show", "chart", tgz[0])); !strings.Contains(chart, "\nappVersion: "+describe+"\n") {
+		t.Errorf("packaged chart's appVersion is not git describe's %q:\n%s", describe, chart)
 	}
 
 	// With its defaults the chart renders the pod of
