@@ -29,7 +29,7 @@ enum hook {
 
 /* Why a packet seen at a hook was or was not recorded (debug counters). */
 enum reason {
-	REASON_RECORDED,
+	REASON_RECORDED,       /* never incremented: user space sums the histograms */
 	REASON_NO_STAMP,       /* skb->tstamp == 0: timestamping was off when it arrived */
 	REASON_FUTURE_STAMP,   /* stamp after now: clock stepped, or not an RX stamp */
 	REASON_DELIVERY_TIME,  /* monotonic/TAI delivery time (locally generated TCP, EDT) */
@@ -356,9 +356,10 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 	h = hist_of(hook, s, cgroup);
 	if (!h)
 		return;
+	/* No REASON_RECORDED increment: the histogram's buckets count the
+	 * samples, and user space sums them, one per-CPU line fewer. */
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
-	count(hook, REASON_RECORDED);
 }
 
 /*
@@ -368,20 +369,25 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
  * TAI, not an RX stamp: 6.11+ says so in tstamp_type, 5.18-6.10 in
  * mono_delivery_time.
  */
+static __always_inline bool delivery_time(struct sk_buff *skb)
+{
+	if (bpf_core_field_exists(skb->tstamp_type))
+		return BPF_CORE_READ_BITFIELD(skb, tstamp_type);
+	if (bpf_core_field_exists(skb->mono_delivery_time))
+		return BPF_CORE_READ_BITFIELD(skb, mono_delivery_time);
+	return false;
+}
+
+/* The interface is read only when something filters or groups by it. */
 static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
 {
 	s->skb = (__u64)skb;
 	s->tstamp = skb->tstamp;
-	s->ifindex = skb->skb_iif;
+	s->ifindex = filter_ifindex || group_by_ifindex ? skb->skb_iif : 0;
 	s->skip = 0;
-	if (bpf_core_field_exists(skb->tstamp_type)) {
-		if (BPF_CORE_READ_BITFIELD(skb, tstamp_type))
-			s->skip = REASON_DELIVERY_TIME;
-	} else if (bpf_core_field_exists(skb->mono_delivery_time)) {
-		if (BPF_CORE_READ_BITFIELD(skb, mono_delivery_time))
-			s->skip = REASON_DELIVERY_TIME;
-	}
-	if (!s->skip && s->tstamp <= 0)
+	if (delivery_time(skb))
+		s->skip = REASON_DELIVERY_TIME;
+	else if (s->tstamp <= 0)
 		s->skip = REASON_NO_STAMP;
 }
 
@@ -406,29 +412,27 @@ static __always_inline __u32 skb_netns(struct sk_buff *skb)
 	return skb->dev->nd_net.net->ns.inum;
 }
 
-/* Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued. */
-static __always_inline void record_skb(__u32 hook, struct sk_buff *skb, __u32 inum)
+/*
+ * Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued.
+ * The caller has applied the namespace filter (netfilter programs need
+ * none: their links exist only in the namespaces in scope).
+ */
+static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
 {
 	struct stamp s;
 
 	read_stamp(skb, &s);
-	if (!ifindex_allowed(s.ifindex) || !netns_allowed(inum))
-		return;
-	record(hook, &s, 0);
+	if (ifindex_allowed(s.ifindex))
+		record(hook, &s, 0);
 }
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
 
-static __always_inline __u32 nf_netns(const struct nf_hook_state *state)
-{
-	return state->net->ns.inum;
-}
-
+/* Attached only for ip-start on this backend: no hook_backends check. */
 SEC("netfilter")
 int nf_ip_start(struct bpf_nf_ctx *ctx)
 {
-	if (hook_enabled(HOOK_IP_START))
-		record_skb(HOOK_IP_START, ctx->skb, nf_netns(ctx->state));
+	record_skb(HOOK_IP_START, ctx->skb);
 	return NF_ACCEPT;
 }
 
@@ -481,7 +485,7 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 		return NF_ACCEPT;
 	}
 	if (hook_enabled(hook))
-		record_skb(hook, skb, nf_netns(state));
+		record_skb(hook, skb);
 	return NF_ACCEPT;
 }
 
@@ -650,7 +654,8 @@ int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 	struct pending_read *p;
 	__u32 zero = 0;
 
-	if (!hook_enabled(HOOK_TCP_SOCK_READ) || !sk || sk->sk_protocol != IPPROTO_TCP)
+	/* Attached only for tcp-socket-read: no hook_backends check. */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
@@ -826,8 +831,8 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 	SEC("fentry/" #func)                                                    \
 	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
 	{                                                                       \
-		if (hook_on(hook, BACKEND_FENTRY))                              \
-			record_skb(hook, skb, skb_netns(skb));                  \
+		if (hook_on(hook, BACKEND_FENTRY) && netns_allowed(skb_netns(skb))) \
+			record_skb(hook, skb);                                  \
 		return 0;                                                       \
 	}
 
@@ -841,8 +846,8 @@ FENTRY_SKB(udpv6_rcv, HOOK_UDP_START)
 SEC("fexit/tcp_queue_rcv")
 int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
 {
-	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY))
-		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb);
 	return 0;
 }
 
@@ -850,8 +855,9 @@ SEC("fexit/__udp_enqueue_schedule_skb")
 int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *skb, int ret)
 {
 	/* non-zero: dropped (receive buffer full, memory pressure) */
-	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY))
-		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) &&
+	    netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb);
 	return 0;
 }
 
@@ -879,7 +885,8 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 	} else {
 		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
 	}
-	s.ifindex = sk_rx_ifindex(sk);
+	if (filter_ifindex || group_by_ifindex)
+		s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)
 		s.skip = REASON_NO_STAMP;
 	record_tcp_read(sk, &s);

@@ -57,6 +57,32 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 		}
 		t.Logf("IPv%d: %v", f, counts(got))
 	}
+	checkRecordedCounters(t, tr)
+}
+
+// checkRecordedCounters: the "recorded" debug counter of every hook is the
+// number of samples in its histograms (the programs do not count them, user
+// space sums the buckets), read between two reads of the histograms.
+func checkRecordedCounters(t *testing.T, tr *Tracer) {
+	t.Helper()
+	before := totals(t, tr)
+	counters, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := totals(t, tr)
+	recorded := map[string]uint64{}
+	for _, c := range counters {
+		if c.Reason == Reasons[reasonRecorded] {
+			recorded[c.Hook] = c.Count
+		}
+	}
+	for _, h := range Hooks {
+		lo, hi, n := before.of(h).Count(), after.of(h).Count(), recorded[h.String()]
+		if n < lo || n > hi || hi == 0 {
+			t.Errorf("%s: recorded counter %d, histograms %d then %d samples", h, n, lo, hi)
+		}
+	}
 }
 
 func counts(m hookHists) map[string]uint64 {
