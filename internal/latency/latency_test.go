@@ -613,3 +613,44 @@ func (a *netfilterAttachment) has(inode uint64) bool {
 	_, ok := a.inNS[inode]
 	return ok
 }
+
+// TestOnlyTheEnabledProbesProgramsAttach: a probe enabled alone attaches
+// exactly the programs Programs lists for the backend it got (what -l
+// shows), so `-e tcp-socket-read` pays for nothing else.
+func TestOnlyTheEnabledProbesProgramsAttach(t *testing.T) {
+	for _, h := range Hooks {
+		t.Run(h.String(), func(t *testing.T) {
+			tr := start(t, Config{Hooks: HookSet(0).With(h)})
+			var want []string
+			for _, p := range Programs(h, tr.Choices()[0].Backend) {
+				if _, ok := tr.attached[p.Name]; ok || !ipv6Programs[p.Name] {
+					want = append(want, p.Name)
+				}
+			}
+			slices.Sort(want)
+			if got := slices.Sorted(maps.Keys(tr.attached)); !slices.Equal(got, want) {
+				t.Errorf("attached %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestEveryProgramIsPlanned: every program of the object implements some
+// probe on some backend and says on what event it runs.
+func TestEveryProgramIsPlanned(t *testing.T) {
+	spec, err := loadLatency()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range spec.Programs {
+		planned := false
+		for _, plan := range []map[Hook][]string{fentryPlan, tracepointPlan} {
+			for _, progs := range plan {
+				planned = planned || slices.Contains(progs, name)
+			}
+		}
+		if !planned || programRuns[name] == "" {
+			t.Errorf("program %s: in a plan %v, runs per %q", name, planned, programRuns[name])
+		}
+	}
+}
