@@ -441,18 +441,36 @@ int nf_ip_start(struct bpf_nf_ctx *ctx)
 #define IPV6_FRAGMENT 44
 #define IPV6_DSTOPTS 60
 
+struct iphdr {
+	__u8 protocol;
+} __attribute__((preserve_access_index));
+
+struct ipv6hdr {
+	__u8 nexthdr;
+} __attribute__((preserve_access_index));
+
+/*
+ * The verifier turns this kfunc into a plain move: loads through its result
+ * are fault-safe direct loads, where bpf_probe_read_kernel is a helper call
+ * (~20 ns per packet here). 6.2+; netfilter programs need 6.4 anyway.
+ */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
 /* l4_protocol returns the transport protocol of an IPv4/IPv6 packet at LOCAL_IN. */
 static __always_inline __u8 l4_protocol(struct sk_buff *skb, __u8 pf)
 {
 	unsigned char *nh = skb->head + skb->network_header;
-	__u8 proto = 0, ext[2];
+	struct ipv6hdr *ip6;
+	struct iphdr *ip;
+	__u8 proto, ext[2];
 	__u32 off;
 
 	if (pf == NFPROTO_IPV4) {
-		bpf_probe_read_kernel(&proto, 1, nh + 9);
-		return proto;
+		ip = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+		return ip->protocol;
 	}
-	bpf_probe_read_kernel(&proto, 1, nh + 6);
+	ip6 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct ipv6hdr));
+	proto = ip6->nexthdr;
 	off = 40;
 	/* Extension headers are parsed after LOCAL_IN; skip the common ones. */
 	for (int i = 0; i < 4; i++) {
