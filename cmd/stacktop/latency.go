@@ -88,7 +88,7 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	}
 	fs := cmd.Flags()
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
-	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use, its programs and on what event each runs, and why other backends were refused")
 	f.probes.register(fs)
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	return cmd
