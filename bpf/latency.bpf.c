@@ -295,21 +295,35 @@ static __always_inline __s64 realtime_now(void)
 	return bpf_ktime_get_ns() + offset;
 }
 
-/* hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT. */
+/*
+ * One step of a branchless log2: k if v >> k is non-zero (v < 2^(2k), so
+ * (v >> k) + 2^k - 1 carries into bit k exactly then), else 0.
+ */
+#define LOG2_STEP(v, k) ((((v) >> (k)) + ((1ULL << (k)) - 1)) >> (k) << LOG2_##k)
+#define LOG2_32 5
+#define LOG2_16 4
+#define LOG2_8 3
+#define LOG2_4 2
+#define LOG2_2 1
+
+/*
+ * hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT.
+ * Without a branch per bit: latencies vary, so those mispredicted, and each
+ * multiplied the states the verifier walks in every inlined copy.
+ */
 static __always_inline __u32 slot_of(__u64 v)
 {
-	__u32 r = 0;
+	__u64 r = 0, s;
 
 	if (v <= 1)
 		return 0;
 	v--;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	r++;
+	s = LOG2_STEP(v, 32); v >>= s; r += s;
+	s = LOG2_STEP(v, 16); v >>= s; r += s;
+	s = LOG2_STEP(v, 8); v >>= s; r += s;
+	s = LOG2_STEP(v, 4); v >>= s; r += s;
+	s = LOG2_STEP(v, 2); v >>= s; r += s;
+	r += (v >> 1) + 1;
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
