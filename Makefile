@@ -59,10 +59,9 @@ bench:
 DIST ?= build
 IMAGE ?= localhost/stacktop:$(VERSION)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
-export SOURCE_DATE_EPOCH VERSION
 
 deb: build
-	scripts/deb.sh $(BIN) $(DIST)
+	VERSION=$(VERSION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(BIN) $(DIST)
 
 image: build
 	buildah bud --timestamp $(SOURCE_DATE_EPOCH) --build-arg VERSION=$(VERSION) \
