@@ -22,6 +22,7 @@ import (
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/exporter"
+	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/promweb"
@@ -41,6 +42,7 @@ type serveOptions struct {
 	perConn  int
 	maxConn  int
 	bpfStats bool
+	pods     kube.Options
 	flags    *pflag.FlagSet // tells an explicit -n 0 from its default
 }
 
@@ -90,6 +92,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.perConn, "per-connection-series", 0,
 		"also export per-connection series for this many of the busiest connections (0 = none)")
 	registerMaxConnections(fs, &o.maxConn)
+	o.pods.Register(fs)
 	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 }
@@ -127,7 +130,11 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if c.sel, err = o.connSelector(c.latency); err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle, MaxConnections: o.maxConn}
+	pods, err := o.pods.Resolver()
+	if err != nil {
+		return c, err
+	}
+	c.conns = conntrack.Config{Backend: c.latency.Backend, UDPIdle: o.udpIdle, MaxConnections: o.maxConn, Pods: pods}
 	return c, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 // ConnSource yields connection snapshots. Each call returns every live
@@ -78,7 +79,23 @@ type connKey struct {
 	local, remote netip.AddrPort
 }
 
-type groupKey struct{ comm, cgroup, proto string }
+// groupKey is an aggregate's identity. The pod's names follow from the
+// cgroup, so they add labels but not series.
+type groupKey struct {
+	comm, cgroup, proto string
+	pod                 kube.Names
+}
+
+// labels are the label values of groupLabels, or with proto false those of
+// the TCP-only series.
+func (k groupKey) labels(proto bool, more ...string) []string {
+	l := []string{k.comm, k.cgroup}
+	if proto {
+		l = append(l, k.proto)
+	}
+	l = append(l, more...)
+	return append(l, k.pod.Namespace, k.pod.Pod, k.pod.Container)
+}
 
 type openKey struct {
 	groupKey
@@ -183,7 +200,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	for i := range s.Records {
 		r := &s.Records[i]
 		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
-		gk := groupKey{r.Comm, r.Cgroup, r.Proto}
+		gk := groupKey{r.Comm, r.Cgroup, r.Proto, r.Names}
 		g := c.groups[gk]
 		if g == nil {
 			g = &group{}
@@ -222,7 +239,8 @@ func (c *Connections) Add(s conn.Snapshot) {
 }
 
 var (
-	groupLabels       = []string{"comm", "cgroup", "proto"}
+	podLabels         = []string{"namespace", "pod", "container"} // empty outside pods
+	groupLabels       = append([]string{"comm", "cgroup", "proto"}, podLabels...)
 	receivedBytesDesc = prometheus.NewDesc("stacktop_received_bytes_total",
 		"Bytes received by sockets, per process name, cgroup and protocol.", groupLabels, nil)
 	sentBytesDesc = prometheus.NewDesc("stacktop_sent_bytes_total",
@@ -237,18 +255,18 @@ var (
 		"Connections and UDP flows that ended while stacktop ran.", groupLabels, nil)
 	openDesc = prometheus.NewDesc("stacktop_open_connections",
 		"Live connections and UDP flows by state at the latest snapshot.",
-		[]string{"comm", "cgroup", "proto", "state"}, nil)
+		append([]string{"comm", "cgroup", "proto", "state"}, podLabels...), nil)
 	retransDesc = prometheus.NewDesc("stacktop_tcp_retransmits_total",
-		"TCP segments retransmitted.", []string{"comm", "cgroup"}, nil)
+		"TCP segments retransmitted.", append([]string{"comm", "cgroup"}, podLabels...), nil)
 	rttDesc = prometheus.NewDesc("stacktop_tcp_rtt_seconds",
 		"Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.",
-		[]string{"comm", "cgroup"}, nil)
+		append([]string{"comm", "cgroup"}, podLabels...), nil)
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
 		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
 		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
 
-	perConnLabels = []string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}
+	perConnLabels = append([]string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}, podLabels...)
 	connRecvDesc  = prometheus.NewDesc("stacktop_connection_received_bytes_total",
 		"Bytes received on one connection (only with --per-connection-series).", perConnLabels, nil)
 	connSentDesc = prometheus.NewDesc("stacktop_connection_sent_bytes_total",
@@ -276,19 +294,20 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	for k, g := range c.groups {
-		counter(receivedBytesDesc, g.totals.bytesIn, k.comm, k.cgroup, k.proto)
-		counter(sentBytesDesc, g.totals.bytesOut, k.comm, k.cgroup, k.proto)
-		counter(receivedPacketsDesc, g.totals.packetsIn, k.comm, k.cgroup, k.proto)
-		counter(sentPacketsDesc, g.totals.packetsOut, k.comm, k.cgroup, k.proto)
-		counter(openedDesc, g.opened, k.comm, k.cgroup, k.proto)
-		counter(closedDesc, g.closed, k.comm, k.cgroup, k.proto)
+		labels := k.labels(true)
+		counter(receivedBytesDesc, g.totals.bytesIn, labels...)
+		counter(sentBytesDesc, g.totals.bytesOut, labels...)
+		counter(receivedPacketsDesc, g.totals.packetsIn, labels...)
+		counter(sentPacketsDesc, g.totals.packetsOut, labels...)
+		counter(openedDesc, g.opened, labels...)
+		counter(closedDesc, g.closed, labels...)
 		if k.proto == "tcp" {
-			counter(retransDesc, g.totals.retrans, k.comm, k.cgroup)
-			ch <- g.rtt.metric(k.comm, k.cgroup)
+			counter(retransDesc, g.totals.retrans, k.labels(false)...)
+			ch <- g.rtt.metric(k.labels(false)...)
 		}
 	}
 	for k, n := range c.open {
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.comm, k.cgroup, k.proto, k.state)
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.labels(true, k.state)...)
 	}
 	counter(lostDesc, c.lost, "connections")
 	counter(mapFullDesc, c.mapFull, "connections")
@@ -320,7 +339,7 @@ func (c *Connections) collectPerConnection(ch chan<- prometheus.Metric) {
 	for _, r := range busiest {
 		labels := []string{r.Proto, r.LocalAddr.String(), strconv.Itoa(int(r.LocalPort)),
 			r.RemoteAddr.String(), strconv.Itoa(int(r.RemotePort)),
-			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup}
+			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container}
 		ch <- prometheus.MustNewConstMetric(connRecvDesc, prometheus.CounterValue, float64(r.BytesIn), labels...)
 		ch <- prometheus.MustNewConstMetric(connSentDesc, prometheus.CounterValue, float64(r.BytesOut), labels...)
 		if r.Proto == "tcp" {
