@@ -157,20 +157,7 @@ func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 func TestKubernetesNames(t *testing.T) {
 	testenv.RequireRoot(t)
 	logs := makeKubelet(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	port := l.Addr().(*net.TCPAddr).Port
 	pid, connect := podProcess(t, l.Addr().String())
 
@@ -220,6 +207,7 @@ func TestKubernetesNames(t *testing.T) {
 		`",comm="[^"]+",container="nginx",namespace="shop",pod="web-7c5f9d8b4-x2x9q",proto="tcp",state="ESTABLISHED"\} 1$`)
 	outsideSeries := regexp.MustCompile(`(?m)^stacktop_open_connections\{[^}]*container="",namespace="",pod="",proto="tcp",state="ESTABLISHED"\} [1-9]`)
 	var body string
+	var err error
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if body, err = scrapeMetrics(addr); err == nil && want.MatchString(body) {
