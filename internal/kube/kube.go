@@ -5,8 +5,9 @@
 // keeps under its log directory (/var/log/pods and /var/log/containers).
 //
 // What the parsing relies on (Kubernetes validation, not convention):
-// namespaces and container names are DNS-1123 labels, and pod UIDs and
-// container IDs are hex digits and dashes, so none of them holds "_". Pod
+// namespaces and container names are DNS-1123 labels, pod UIDs are UUIDs
+// (or, for static pods, a hex digest) and container IDs hex digits, so none
+// of them holds "_". Pod
 // names are DNS-1123 subdomains, which hold no "_" either, but nothing here
 // depends on that: a pod name is whatever lies between the separators of the
 // other three.
@@ -32,9 +33,9 @@ type Ref struct {
 	ContainerID string
 }
 
-// ParseCgroup finds the pod cgroup in path (a cgroup v2 path, a cgroup v1
-// path of any controller, or a line of /proc/PID/cgroup's path part) and
-// the container cgroup below it. It knows the kubelet's two cgroup drivers:
+// ParseCgroup finds the pod cgroup in path (a cgroup v2 path, or a cgroup
+// v1 path of any controller, relative to the hierarchy or absolute) and the
+// container cgroup below it. It knows the kubelet's two cgroup drivers:
 //
 //	systemd:  .../kubepods[-QOS]-pod<uid, "-" as "_">.slice/<runtime>-<id>.scope
 //	cgroupfs: .../kubepods[/QOS]/pod<uid>/[crio-]<id>

@@ -74,7 +74,9 @@ func NewResolver(dir string) *Resolver {
 // belongs to; zero for a cgroup outside pods, for a nil Resolver, and for a
 // pod that the log directory does not list.
 func (r *Resolver) Names(cgroup string) Names {
-	if r == nil {
+	// Every pod path holds "kubepods" (ParseCgroup needs it): the host's
+	// other cgroups, most of them on most hosts, skip the lock and the map.
+	if r == nil || !strings.Contains(cgroup, "kubepods") {
 		return Names{}
 	}
 	r.mu.Lock()
@@ -84,7 +86,7 @@ func (r *Resolver) Names(cgroup string) Names {
 	}
 	ref, ok := ParseCgroup(cgroup)
 	if !ok {
-		r.byCgroup[cgroup] = Names{}
+		r.byCgroup[cgroup] = Names{} // a look-alike: parsed once
 		return Names{}
 	}
 	n, complete := r.lookup(ref)

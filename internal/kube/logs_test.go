@@ -15,7 +15,7 @@ import (
 // directory pods/<namespace>_<pod>_<uid>/<container>/0.log and the symlink
 // containers/<pod>_<namespace>_<container>-<id>.log pointing at it.
 type fakeKubelet struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 }
 
