@@ -137,7 +137,7 @@ func (r *Resolver) scan() {
 // directory under pods/. Neither the namespace nor the UID holds "_".
 func parsePodDir(name string) (uid string, n Names, ok bool) {
 	first, last := strings.IndexByte(name, '_'), strings.LastIndexByte(name, '_')
-	if first <= 0 || last <= first+1 || last == len(name)-1 {
+	if first <= 0 || last <= first+1 || last == len(name)-1 || !validNames(name) {
 		return "", Names{}, false
 	}
 	return name[last+1:], Names{Namespace: name[:first], Pod: name[first+1 : last]}, true
@@ -158,8 +158,21 @@ func parseContainerLog(name string) (id string, n Names, ok bool) {
 		return "", Names{}, false
 	}
 	ns := strings.LastIndexByte(rest[:c], '_')
-	if ns <= 0 || ns == c-1 {
+	if ns <= 0 || ns == c-1 || !validNames(rest) {
 		return "", Names{}, false
 	}
 	return base[dash+1:], Names{Namespace: rest[ns+1 : c], Pod: rest[:ns], Container: rest[c+1:]}, true
+}
+
+// validNames accepts what Kubernetes names are made of (DNS-1123: lowercase
+// letters, digits, "-" and "."), the "_" that separates them, and uppercase
+// letters in static pods' UIDs. Anything else is not the kubelet's, and could
+// reach a terminal: such an entry is ignored.
+func validNames(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -142,12 +142,13 @@ func TestParseLogNames(t *testing.T) {
 		t.Errorf("pods/ with _: %q %+v %v", uid, n, ok)
 	}
 	for _, bad := range []string{"x.log", "a_b-" + webID + ".log", "_ns_c-" + webID + ".log", "p__c-" + webID + ".log",
-		"p_ns_-" + webID + ".log", "p_ns_c-1234.log", "p_ns_c-" + webID + ".log.1"} {
+		"p_ns_-" + webID + ".log", "p_ns_c-1234.log", "p_ns_c-" + webID + ".log.1",
+		"p\x1b[31m_ns_c-" + webID + ".log", "p_n s_c-" + webID + ".log"} {
 		if _, _, ok := parseContainerLog(bad); ok {
 			t.Errorf("parseContainerLog(%q) accepted", bad)
 		}
 	}
-	for _, bad := range []string{"ns_uid", "_p_uid", "ns__uid", "ns_p_", "nounderscore"} {
+	for _, bad := range []string{"ns_uid", "_p_uid", "ns__uid", "ns_p_", "nounderscore", "ns_p\x07_" + webUID, "ns_p/_" + webUID} {
 		if _, _, ok := parsePodDir(bad); ok {
 			t.Errorf("parsePodDir(%q) accepted", bad)
 		}
