@@ -30,7 +30,7 @@ type Options struct {
 // Register adds --kubernetes-logs to fs.
 func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogDir, "kubernetes-logs", DefaultLogDir,
-		`the kubelet's log directory (holding pods/ and containers/), which names the namespace, pod and container of processes in pod cgroups; "" names none`)
+		"name the namespace, pod and container of processes in pod cgroups from the kubelet's log directory `DIR` (holding pods/ and containers/; \"\" names none)")
 }
 
 // Resolver validates the flag (exit 2 naming it and its value) and returns
