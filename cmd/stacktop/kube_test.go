@@ -29,7 +29,7 @@ import (
 // podClientEnv makes this test binary, re-executed, the pod's process:
 // it waits for a line on stdin (sent once it is in the pod's cgroup),
 // connects to the address in the variable, sends 1000 bytes, says so, and
-// holds the connection until stdin closes.
+// holds the connection until stdin closes; stdin closed first, it just exits.
 const podClientEnv = "STACKTOP_POD_CLIENT"
 
 func TestMain(m *testing.M) {
@@ -45,7 +45,10 @@ func TestMain(m *testing.M) {
 
 func podClient(addr string) error {
 	in := bufio.NewReader(os.Stdin)
-	if _, err := in.ReadString('\n'); err != nil {
+	switch _, err := in.ReadString('\n'); {
+	case errors.Is(err, io.EOF):
+		return nil // the test ended first (connection tracking unsupported here)
+	case err != nil:
 		return err
 	}
 	c, err := net.Dial("tcp", addr)
