@@ -386,6 +386,17 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 		AmbientCaps: caps,
 	}
 	start(t, cmd)
+	eventually(t, 30*time.Second, "the unprivileged exporter ready (programs attached)", func() error {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/-/ready: %s", resp.Status)
+		}
+		return nil
+	})
 	var body string
 	eventually(t, 30*time.Second, "metrics from the unprivileged exporter", func() error {
 		resp, err := http.Get("http://" + addr + "/metrics")
