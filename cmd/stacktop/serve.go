@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -39,6 +40,7 @@ type serveOptions struct {
 	collectLatency, collectConns bool
 	compat                       string
 	maxSeries                    int
+	printVersion                 bool
 	conns                        connfilter.Options // only --process, --port, --tcp and --udp are serve's
 	udpIdle                      time.Duration
 	interval                     runopts.Seconds
@@ -71,7 +73,13 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
   stacktop serve --web.listen-address :9877 -I -C # every interface; latency by iface and cgroup
   stacktop serve --web.config.file web.yml        # TLS and/or basic auth`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.printVersion {
+				_, err := io.WriteString(cmd.OutOrStdout(), versionText())
+				return err
+			}
+			return o.run(cmd.Context())
+		},
 	}
 	o.register(cmd.Flags())
 	return cmd
@@ -102,6 +110,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)")
 	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics")
 	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit, as exporters do (stacktop --version too)")
 	fs.IntVar(&o.maxSeries, "max-series", exporter.DefaultMaxSeries,
 		`(comm, cgroup, proto) aggregates with series of their own; the rest are counted in comm="other" (0: no limit)`)
 }

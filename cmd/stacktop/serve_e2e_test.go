@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -220,4 +222,46 @@ func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 		t.Errorf("sent bytes of the renamed thread in own and other series: %v, want at least %d", ours, names*payload)
 	}
 	t.Logf("%d names: %d sent-bytes series, scrape %d bytes", names, len(sent), len(body))
+}
+
+// --web.systemd-socket serves on the socket systemd passes (LISTEN_FDS, fd 3
+// on, for this pid) and ignores --web.listen-address.
+func TestServeSystemdSocket(t *testing.T) {
+	testenv.RequireRoot(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// exec keeps the shell's pid, which is what LISTEN_PID must name.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, testenv.Binary(t),
+		"serve", "--web.systemd-socket", "--web.listen-address", "127.0.0.1:1", "--no-collector.connections",
+		"--backend", string(testenv.Backend(t)), "--duration", "60s")
+	cmd.ExtraFiles = []*os.File{f}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	client := &http.Client{Timeout: 2 * time.Second} // an unserved socket would hang
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("http://" + l.Addr().String() + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready on the passed socket after 30s (%v): %s", err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
