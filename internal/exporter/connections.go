@@ -356,7 +356,9 @@ func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
 		buckets[float64(le)/1e6] = cumulative
 	}
 	count := cumulative + h.buckets[len(rttBoundsMicros)]
-	return prometheus.MustNewConstHistogram(rttDesc, count, float64(h.sumMicro)/1e6, buckets, labels...)
+	sum := float64(h.sumMicro) / 1e6
+	classic := prometheus.MustNewConstHistogram(rttDesc, count, sum, buckets, labels...)
+	return withNative(classic, rttBuckets, h.buckets[:], count, sum, labels)
 }
 
 // collectPerConnection exports the busiest live connections, by bytes moved.

@@ -122,7 +122,9 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		if e.cfg.LatencyByCgroup {
 			labels = append(labels, s.Cgroup)
 		}
-		ch <- cumulativeHistogram(e.latencyDesc, &s.Hist, latencyBounds[:], float64(s.Hist.Sum)/1e9, labels)
+		sum := float64(s.Hist.Sum) / 1e9
+		classic := cumulativeHistogram(e.latencyDesc, &s.Hist, latencyBounds[:], sum, labels)
+		ch <- withNative(classic, nanosecondBuckets, s.Hist.Buckets[:], s.Hist.Count(), sum, labels)
 	}
 	return nil
 }
