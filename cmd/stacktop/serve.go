@@ -65,13 +65,21 @@ func newServeCmd() *cobra.Command {
 both as Prometheus/OpenMetrics metrics (docs/METRICS.md lists them), by
 default on 127.0.0.1:9877 only. --web.config.file enables TLS and basic auth.
 
+By default only the socket-read latency probes run (tcp-socket-read,
+udp-socket-read: cheap enough to leave on everywhere); --latency.probes all
+(or a list) adds the others. --compat ebpf_exporter exports the histograms as
+netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
+programs are attached) serve health checks.
+
 The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 -n also select the connections exported, as --pid, --cgroup, --interface and
 --netns do for stacktop stream (one of the listed values must match); without
 -n, connections of every network namespace are exported.`,
 		Example: `  stacktop serve                                  # http://127.0.0.1:9877/metrics
   stacktop serve --web.listen-address :9877 -I -C # every interface; latency by iface and cgroup
-  stacktop serve --web.config.file web.yml        # TLS and/or basic auth`,
+  stacktop serve --web.config.file web.yml        # TLS and/or basic auth
+  stacktop serve --latency.probes all             # all seven latency probes
+  stacktop serve --compat ebpf_exporter -I -C     # netstacklat's ebpf_exporter series, :9435`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.printVersion {
@@ -177,7 +185,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 		return c, clierr.Usage("compat", o.compat, "the only compatibility mode is %s", compatEbpfExporter)
 	}
 	if !o.collectLatency && !o.collectConns {
-		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency leaves nothing to export")
+		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
 	}
 	var err error
 	if c.latency, err = o.probes.config(); err != nil {

@@ -43,7 +43,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--latency.probes", "ip-start", "-e", "tcp-start"}, `invalid --latency.probes "ip-start": cannot be combined with -e`},
 		{[]string{"--latency.probes", ","}, `invalid --latency.probes`},
 		{[]string{"--no-collector.latency", "--latency.probes", "all"}, `invalid --no-collector.latency "true": cannot be combined with a choice of latency probes`},
-		{[]string{"--no-collector.latency", "--no-collector.connections"}, `invalid --no-collector.connections "true": with --no-collector.latency leaves nothing to export`},
+		{[]string{"--no-collector.latency", "--no-collector.connections"}, `invalid --no-collector.connections "true": with --no-collector.latency too leaves nothing to export`},
 		{[]string{"--collector.latency=maybe"}, `invalid argument "maybe" for "--collector.latency"`},
 		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
