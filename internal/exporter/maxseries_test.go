@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stacktop/stacktop/internal/conn"
@@ -60,27 +59,16 @@ stacktop_folded_aggregates 0
 `, "stacktop_folded_aggregates")
 }
 
-// valueOf returns the value of the counter of family whose comm is comm.
-func valueOf(t *testing.T, e *Exporter, family, comm string) float64 {
+// valueOf returns the value of the counter of family name whose comm is comm.
+func valueOf(t *testing.T, e *Exporter, name, comm string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(e)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "comm" && l.GetValue() == comm {
-					return m.GetCounter().GetValue()
-				}
+	for _, m := range family(t, e, name).GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "comm" && l.GetValue() == comm {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no %s series of comm %q", family, comm)
+	t.Fatalf("no %s series of comm %q", name, comm)
 	return 0
 }

@@ -32,7 +32,8 @@ func nativeBuckets(h *dto.Histogram) map[int]uint64 {
 	return out
 }
 
-func histogramOf(t *testing.T, c prometheus.Collector, family string) *dto.Histogram {
+// family gathers c and returns the metric family name.
+func family(t *testing.T, c prometheus.Collector, name string) *dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
@@ -41,12 +42,17 @@ func histogramOf(t *testing.T, c prometheus.Collector, family string) *dto.Histo
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == family {
-			return mf.GetMetric()[0].GetHistogram()
+		if mf.GetName() == name {
+			return mf
 		}
 	}
-	t.Fatalf("no %s", family)
+	t.Fatalf("no %s", name)
 	return nil
+}
+
+func histogramOf(t *testing.T, c prometheus.Collector, name string) *dto.Histogram {
+	t.Helper()
+	return family(t, c, name).GetMetric()[0].GetHistogram()
 }
 
 // The latency and RTT histograms carry native buckets of schema 0 besides the
