@@ -333,6 +333,10 @@ func TestDaemonSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	type mount struct {
+		MountPath string `yaml:"mountPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
+	}
 	type probe struct {
 		HTTPGet struct {
 			Path string `yaml:"path"`
@@ -362,8 +366,9 @@ func TestDaemonSet(t *testing.T) {
 								Drop []string `yaml:"drop"`
 							} `yaml:"capabilities"`
 						} `yaml:"securityContext"`
-						Liveness  *probe `yaml:"livenessProbe"`
-						Readiness *probe `yaml:"readinessProbe"`
+						Liveness     *probe  `yaml:"livenessProbe"`
+						Readiness    *probe  `yaml:"readinessProbe"`
+						VolumeMounts []mount `yaml:"volumeMounts"`
 					} `yaml:"containers"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
@@ -388,6 +393,13 @@ func TestDaemonSet(t *testing.T) {
 	}
 	if sc.Privileged || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("want an unprivileged container that drops all other capabilities: %+v", sc)
+	}
+	// The node's cgroups and the kubelet's logs (pod names, --kubernetes-logs
+	// default), read-only.
+	for _, path := range []string{"/sys/fs/cgroup", "/var/log"} {
+		if !slices.Contains(c.VolumeMounts, mount{path, true}) {
+			t.Errorf("%s must be mounted read-only: %+v", path, c.VolumeMounts)
+		}
 	}
 	if len(c.Args) == 0 || c.Args[0] != "serve" || !slices.Contains(c.Args, "--web.listen-address=:9877") {
 		t.Errorf("args %v: want serve listening on :9877", c.Args)

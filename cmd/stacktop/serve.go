@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/exporter"
+	"github.com/stacktop/stacktop/internal/kubernetes"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/promweb"
@@ -41,6 +43,7 @@ type serveOptions struct {
 	compat                       string
 	maxSeries                    int
 	printVersion                 bool
+	kubeLogs                     string
 	conns                        connfilter.Options // only --process, --port, --tcp and --udp are serve's
 	udpIdle                      time.Duration
 	interval                     runopts.Seconds
@@ -118,6 +121,8 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)")
 	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics")
 	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
+	fs.StringVar(&o.kubeLogs, "kubernetes-logs", "/var/log",
+		"the kubelet's log directory (pods/, containers/), to name the pods of cgroups in stacktop_cgroup_kubernetes_info")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit, as exporters do (stacktop --version too)")
 	fs.IntVar(&o.maxSeries, "max-series", exporter.DefaultMaxSeries,
 		`(comm, cgroup, proto) aggregates with series of their own; the rest are counted in comm="other" (0: no limit)`)
@@ -177,6 +182,9 @@ func (o *serveOptions) config() (serveConfig, error) {
 	}
 	if err := checkMaxConnections(o.maxConn); err != nil {
 		return c, err
+	}
+	if st, err := os.Stat(o.kubeLogs); err != nil || !st.IsDir() {
+		return c, clierr.Usage("kubernetes-logs", o.kubeLogs, "must be a directory (the kubelet's log directory)")
 	}
 	if o.maxSeries < 0 {
 		return c, clierr.Usage("max-series", strconv.Itoa(o.maxSeries), "must not be negative (0: no limit)")
@@ -408,6 +416,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		cfg.Backends = append(cfg.Backends, tracker.Choices()...)
 		cfg.Connections = exporter.NewConnections(o.perConn)
 		cfg.Connections.LimitSeries(o.maxSeries)
+		cfg.Connections.NamePods(kubernetes.NewNamer(o.kubeLogs))
 		polling.Go(func() {
 			cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
 		})

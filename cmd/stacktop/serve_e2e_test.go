@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -263,5 +265,85 @@ func TestServeSystemdSocket(t *testing.T) {
 			t.Fatalf("not ready on the passed socket after 30s (%v): %s", err, stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A process in a cgroup shaped like a kubepods container's (systemd driver,
+// containerd) is named after the pod and container the kubelet's log
+// directory, made by the test, says it is.
+func TestServeNamesKubernetesPods(t *testing.T) {
+	testenv.RequireRoot(t)
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		uid = "0b7c6d5e-4f3a-4b2c-9d1e-0f1a2b3c4d5e"
+		id  = "c0ffee00112233445566778899aabbccddeeff00112233445566778899aabbcc"
+	)
+	rel := "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+		strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + id + ".scope"
+	var created []string // to remove, innermost first
+	for dir := filepath.Join(root, rel); dir != root; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			created = append(created, dir)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, rel), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, dir := range created {
+			if err := os.Remove(dir); err != nil {
+				t.Errorf("removing test cgroup: %v", err)
+			}
+		}
+	})
+	logs := t.TempDir()
+	podDir := filepath.Join(logs, "pods", "shop_cart-7d9f8b6c5-x2x4q_"+uid, "redis")
+	if err := os.MkdirAll(podDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(logs, "containers"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(podDir, "0.log"),
+		filepath.Join(logs, "containers", "cart-7d9f8b6c5-x2x4q_shop_redis-"+id+".log")); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--kubernetes-logs", logs)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	// The shell moves itself into the cgroup, then connects.
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	child := exec.Command(testenv.RequireTool(t, "bash"), "-c",
+		`echo $$ > "$0/cgroup.procs" && exec 3<>"/dev/tcp/127.0.0.1/$1" && echo hello >&3 && sleep 1`,
+		filepath.Join(root, rel), port)
+	if out, err := child.CombinedOutput(); err != nil {
+		t.Fatalf("process in the pod cgroup: %v: %s", err, out)
+	}
+	want := fmt.Sprintf(`stacktop_cgroup_kubernetes_info{cgroup=%q,container="redis",namespace="shop",pod="cart-7d9f8b6c5-x2x4q"} 1`, rel)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body := scrape(t, url)
+		if strings.Contains(body, want) && strings.Contains(body, fmt.Sprintf(`stacktop_sent_bytes_total{cgroup=%q,comm="bash",proto="tcp"} 6`, rel)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s no %s and 6 bytes sent by bash in it:\n%s", want, strings.Join(seriesOf(body, "stacktop_cgroup_kubernetes_info"), "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

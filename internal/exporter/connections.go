@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/kubernetes"
 )
 
 // ConnSource yields connection snapshots. Each call returns every live
@@ -46,6 +47,7 @@ var rttBoundsMicros = func() [20]uint64 {
 type Connections struct {
 	limit     int // per-connection series to export; 0 exports none
 	maxGroups int // aggregates with series of their own; 0 is no limit
+	pods      PodNamer
 
 	mu      sync.Mutex
 	last    map[connKey]counters // totals at the previous snapshot, per live connection
@@ -83,6 +85,17 @@ const DefaultMaxSeries = 1000
 // the limit are folded into. No cgroup path can be mistaken for it: paths
 // start with "/".
 const otherLabel = "other"
+
+// PodNamer names the Kubernetes pod and container of a cgroup
+// (internal/kubernetes).
+type PodNamer interface {
+	Lookup(cgroup string) (kubernetes.Names, bool)
+}
+
+// NamePods exports, for each cgroup of the aggregates that is a pod's, its
+// namespace, pod and container in stacktop_cgroup_kubernetes_info. Call it
+// before the first Add.
+func (c *Connections) NamePods(n PodNamer) { c.pods = n }
 
 // LimitSeries gives at most n (comm, cgroup, proto) aggregates series of
 // their own (0: no limit). Aggregates that appear beyond the limit are
@@ -292,6 +305,9 @@ var (
 		[]string{"comm", "cgroup"}, nil)
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
 		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
+	podInfoDesc = prometheus.NewDesc("stacktop_cgroup_kubernetes_info",
+		"Always 1; the Kubernetes namespace, pod and container of a cgroup of the connection metrics, to join on cgroup.",
+		[]string{"cgroup", "namespace", "pod", "container"}, nil)
 	foldedDesc = prometheus.NewDesc("stacktop_folded_aggregates",
 		`Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.`, nil, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
@@ -311,7 +327,7 @@ var (
 func describeConnections(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
-		openDesc, retransDesc, rttDesc, lostDesc, foldedDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		openDesc, retransDesc, rttDesc, lostDesc, foldedDesc, podInfoDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
 		connOmittedDesc,
 	} {
 		ch <- d
@@ -341,11 +357,28 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 	}
 	counter(lostDesc, c.lost, "connections")
 	ch <- prometheus.MustNewConstMetric(foldedDesc, prometheus.GaugeValue, float64(len(c.folded)))
+	if c.pods != nil {
+		c.collectPods(ch)
+	}
 	counter(mapFullDesc, c.mapFull, "connections")
 	if c.limit > 0 {
 		c.collectPerConnection(ch)
 	}
 	return c.err
+}
+
+// collectPods names the pods of the aggregates' cgroups, once per cgroup.
+func (c *Connections) collectPods(ch chan<- prometheus.Metric) {
+	named := map[string]bool{}
+	for k := range c.groups {
+		if named[k.cgroup] {
+			continue
+		}
+		named[k.cgroup] = true
+		if n, ok := c.pods.Lookup(k.cgroup); ok {
+			ch <- prometheus.MustNewConstMetric(podInfoDesc, prometheus.GaugeValue, 1, k.cgroup, n.Namespace, n.Pod, n.Container)
+		}
+	}
 }
 
 func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
