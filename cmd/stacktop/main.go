@@ -78,7 +78,7 @@ and exports both to Prometheus (stacktop serve).`,
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
 	root.AddCommand(newTopCmd(), newStreamCmd())
-	root.AddCommand(newServeCmd())
+	root.AddCommand(newServeCmd(), newManCmd())
 	makeTop(root)
 	return root
 }
