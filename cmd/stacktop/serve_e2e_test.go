@@ -101,6 +101,27 @@ func scrape(t *testing.T, url string) string {
 	return string(body)
 }
 
+// sinkServer accepts TCP connections on loopback and reads them to the end,
+// until the test ends.
+func sinkServer(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return l
+}
+
 // seriesOf returns the exposition lines of one metric name.
 func seriesOf(body, name string) []string {
 	var out []string
@@ -157,20 +178,7 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	const names, limit, payload = 3000, 50, 10
 	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--max-series", strconv.Itoa(limit))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	l := sinkServer(t)
 	errs := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the renamed thread ends with the goroutine
@@ -312,20 +320,7 @@ func TestServeNamesKubernetesPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--kubernetes-logs", logs)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	l := sinkServer(t)
 	// The shell moves itself into the cgroup, then connects.
 	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	child := exec.Command(testenv.RequireTool(t, "bash"), "-c",
