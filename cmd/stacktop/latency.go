@@ -88,7 +88,7 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	}
 	fs := cmd.Flags()
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
-	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use, its programs and on what event each runs, and why other backends were refused")
 	f.probes.register(fs)
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	return cmd
@@ -205,7 +205,7 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 		return err // nothing could be loaded at all
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
+	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tPROGRAMS (ONE RUN PER)\tDESCRIPTION")
 	var refusals []string
 	for i, h := range latency.Hooks {
 		c := choices[i]
@@ -214,7 +214,11 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
+		var progs []string
+		for _, p := range latency.Programs(h, c.Backend) {
+			progs = append(progs, fmt.Sprintf("%s (%s)", p.Name, p.RunsPer))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h, enabled, backend, cmp.Or(strings.Join(progs, ", "), "-"), h.Description())
 		for _, r := range c.Refused {
 			refusals = append(refusals, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
 		}
