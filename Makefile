@@ -4,10 +4,21 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test deps matrix bench
+.PHONY: build generate check-generated lint test deps matrix bench deb image
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
+
+# The Debian package (binary, systemd unit, man pages, completions) in bin/;
+# go test ./deploy builds and lintian-checks it too.
+deb:
+	scripts/deb.sh bin
+
+# The container image (deploy/container/Containerfile): the static binary
+# alone, built offline with buildah.
+IMAGE ?= localhost/stacktop
+image: build
+	buildah build -f deploy/container/Containerfile -t $(IMAGE) $(dir $(BIN))
 
 generate:
 	scripts/bpf-generate.sh

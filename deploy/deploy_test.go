@@ -419,9 +419,12 @@ func TestDaemonSet(t *testing.T) {
 			t.Errorf("the node's %s is not mounted read-only at %s", path, path)
 		}
 	}
-	for name, p := range map[string]*probe{"liveness": c.Liveness, "readiness": c.Readiness} {
-		if p == nil || p.HTTPGet.Port != c.Ports[0].Name || !strings.HasPrefix(p.HTTPGet.Path, "/") {
-			t.Errorf("%s probe must GET a path on the metrics port: %+v", name, p)
+	for name, want := range map[string]struct {
+		p    *probe
+		path string
+	}{"liveness": {c.Liveness, "/-/healthy"}, "readiness": {c.Readiness, "/-/ready"}} {
+		if p := want.p; p == nil || p.HTTPGet.Port != c.Ports[0].Name || p.HTTPGet.Path != want.path {
+			t.Errorf("%s probe must GET %s on the metrics port: %+v", name, want.path, p)
 		}
 	}
 }

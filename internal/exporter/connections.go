@@ -45,14 +45,16 @@ var rttBoundsMicros = func() [20]uint64 {
 // traffic of connections that closed between two scrapes is kept, and a
 // connection's totals are never counted twice.
 type Connections struct {
-	limit int // per-connection series to export; 0 exports none
+	limit     int // per-connection series to export; 0 exports none
+	maxGroups int // aggregates with series of their own; 0 is no limit
 
 	mu      sync.Mutex
 	last    map[connKey]counters // totals at the previous snapshot, per live connection
 	spare   map[connKey]counters // becomes last at the next snapshot
 	groups  map[groupKey]*group
-	open    map[openKey]int // live connections per state, from the latest snapshot
-	live    []conn.Record   // live connections of the latest snapshot, kept for per-connection series
+	folded  map[groupKey]time.Time // aggregates beyond maxGroups, counted in the other series; last active
+	open    map[openKey]int        // live connections per state, from the latest snapshot
+	live    []conn.Record          // live connections of the latest snapshot, kept for per-connection series
 	lost    uint64
 	mapFull uint64
 	err     error // the latest snapshot's error, reported at the next scrape
@@ -67,9 +69,28 @@ func NewConnections(perConnectionLimit int) *Connections {
 		last:   map[connKey]counters{},
 		spare:  map[connKey]counters{},
 		groups: map[groupKey]*group{},
+		folded: map[groupKey]time.Time{},
 		open:   map[openKey]int{},
 	}
 }
+
+// DefaultMaxSeries is how many (comm, cgroup, proto) aggregates get series
+// of their own unless --max-series says otherwise: far more than the
+// programs and containers of one host, far fewer than a local user can make
+// up by renaming processes.
+const DefaultMaxSeries = 1000
+
+// otherLabel is the comm and cgroup of the series that aggregates beyond
+// the limit are folded into. No cgroup path can be mistaken for it: paths
+// start with "/".
+const otherLabel = "other"
+
+// LimitSeries gives at most n (comm, cgroup, proto) aggregates series of
+// their own (0: no limit). Aggregates that appear beyond the limit are
+// counted in the series with comm and cgroup "other", and how many there are
+// in stacktop_folded_aggregates; when an aggregate expires, its place goes
+// to the next new one. Call it before the first Add.
+func (c *Connections) LimitSeries(n int) { c.maxGroups = n }
 
 // connKey identifies a connection across snapshots. The namespace is part of
 // it: containers reuse the same addresses, loopback above all.
@@ -200,7 +221,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	for i := range s.Records {
 		r := &s.Records[i]
 		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
-		gk := groupKey{r.Comm, r.Cgroup, r.Proto, r.Names}
+		gk := c.groupKey(r, s.Time)
 		g := c.groups[gk]
 		if g == nil {
 			g = &group{}
@@ -236,6 +257,32 @@ func (c *Connections) Add(s conn.Snapshot) {
 			delete(c.groups, gk)
 		}
 	}
+	for gk, last := range c.folded {
+		if s.Time.Sub(last) > groupIdleTTL {
+			delete(c.folded, gk)
+		}
+	}
+}
+
+// groupKey returns the aggregate r counts in: its own, or, when the limit is
+// reached and r's has no series yet, the other series of its protocol.
+func (c *Connections) groupKey(r *conn.Record, now time.Time) groupKey {
+	gk := groupKey{r.Comm, r.Cgroup, r.Proto, r.Names}
+	if c.maxGroups == 0 || c.groups[gk] != nil {
+		return gk
+	}
+	own := len(c.groups)
+	for _, proto := range []string{"tcp", "udp"} {
+		if c.groups[groupKey{comm: otherLabel, cgroup: otherLabel, proto: proto}] != nil {
+			own--
+		}
+	}
+	if own < c.maxGroups {
+		delete(c.folded, gk)
+		return gk
+	}
+	c.folded[gk] = now
+	return groupKey{comm: otherLabel, cgroup: otherLabel, proto: r.Proto}
 }
 
 var (
@@ -263,6 +310,8 @@ var (
 		append([]string{"comm", "cgroup"}, podLabels...), nil)
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
 		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
+	foldedDesc = prometheus.NewDesc("stacktop_folded_aggregates",
+		`Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.`, nil, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
 		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
 
@@ -280,7 +329,7 @@ var (
 func describeConnections(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
-		openDesc, retransDesc, rttDesc, lostDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		openDesc, retransDesc, rttDesc, lostDesc, foldedDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
 		connOmittedDesc,
 	} {
 		ch <- d
@@ -310,6 +359,7 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.labels(true, k.state)...)
 	}
 	counter(lostDesc, c.lost, "connections")
+	ch <- prometheus.MustNewConstMetric(foldedDesc, prometheus.GaugeValue, float64(len(c.folded)))
 	counter(mapFullDesc, c.mapFull, "connections")
 	if c.limit > 0 {
 		c.collectPerConnection(ch)
@@ -325,7 +375,9 @@ func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
 		buckets[float64(le)/1e6] = cumulative
 	}
 	count := cumulative + h.buckets[len(rttBoundsMicros)]
-	return prometheus.MustNewConstHistogram(rttDesc, count, float64(h.sumMicro)/1e6, buckets, labels...)
+	sum := float64(h.sumMicro) / 1e6
+	classic := prometheus.MustNewConstHistogram(rttDesc, count, sum, buckets, labels...)
+	return withNative(classic, rttBuckets, h.buckets[:], count, sum, labels)
 }
 
 // collectPerConnection exports the busiest live connections, by bytes moved.
