@@ -26,7 +26,6 @@ deps:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags gendocs ./cmd/stacktop
 
 # Integration tests load real BPF programs and create network namespaces, so
 # packages run one at a time (-p 1) to keep their traffic and checks apart.

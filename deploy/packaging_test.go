@@ -2,7 +2,9 @@ package deploy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,10 +97,11 @@ func TestDeb(t *testing.T) {
 	if !bytes.Equal(built, packaged) {
 		t.Error("usr/bin/stacktop is not the binary make build made")
 	}
-	version := run(t, filepath.Join(root, "usr/bin/stacktop"), "version")
 	describe := strings.TrimSpace(run(t, "git", "describe", "--tags", "--always", "--dirty"))
-	if !strings.HasPrefix(version, "stacktop "+describe+"\n") {
-		t.Errorf("stacktop version says %q, want the version git describe gives, %q", version, describe)
+	for _, flag := range []string{"version", "--version"} {
+		if v := run(t, filepath.Join(root, "usr/bin/stacktop"), flag); !strings.HasPrefix(v, "stacktop "+describe+"\n") {
+			t.Errorf("stacktop %s says %q, want the version git describe gives, %q", flag, v, describe)
+		}
 	}
 	for name, sub := range map[string]string{"tcptop": "top", "netstacklat": "latency"} {
 		// The same description opens both helps; the usage lines may differ
@@ -134,12 +137,22 @@ func TestDeb(t *testing.T) {
 		"usr/share/bash-completion/completions/stacktop":    "__start_stacktop",
 		"usr/share/zsh/vendor-completions/_stacktop":        "#compdef stacktop",
 		"usr/share/fish/vendor_completions.d/stacktop.fish": "complete -c stacktop",
-		"lib/systemd/system/stacktop.service":               "\nExecStart=/usr/bin/stacktop serve ",
+		"usr/lib/systemd/system/stacktop.service":           "\nExecStart=/usr/bin/stacktop serve ",
+		"usr/share/man/man1/stacktop-serve.1.gz":            "latency.probes",
 	} {
 		b, err := os.ReadFile(filepath.Join(root, path))
+		if err == nil && strings.HasSuffix(path, ".gz") {
+			var z *gzip.Reader
+			if z, err = gzip.NewReader(bytes.NewReader(b)); err == nil {
+				b, err = io.ReadAll(z)
+			}
+		}
 		if err != nil || !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %q (%v)", path, want, err)
 		}
+	}
+	if unit, _ := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system/stacktop.service")); bytes.Contains(unit, []byte("/usr/local")) {
+		t.Errorf("the packaged unit still names /usr/local:\n%s", unit)
 	}
 }
 

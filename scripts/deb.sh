@@ -2,9 +2,10 @@
 # Builds the Debian package of stacktop with dpkg-deb from a built static
 # binary: scripts/deb.sh BINARY OUTDIR. Prints the path of the .deb.
 #
-# Everything in it comes from the tree at build time: the man pages and the
-# shell completions from the cobra command tree (go run -tags gendocs), the
-# unit from deploy/systemd with ExecStart pointed at /usr/bin. The version is
+# Everything in it comes from the tree and the binary at build time: the man
+# pages and the shell completions from the binary's own command tree (the
+# hidden `stacktop man DIR`, cobra's `completion`), the unit from
+# deploy/systemd with ExecStart pointed at /usr/bin. The version is
 # `git describe`'s, the timestamps SOURCE_DATE_EPOCH's (default: the last
 # commit's), so two builds of one commit are byte for byte the same.
 set -eu
@@ -43,20 +44,23 @@ install -D -m 0755 "$bin" "$pkg/usr/bin/stacktop"
 ln -s stacktop "$pkg/usr/bin/tcptop"
 ln -s stacktop "$pkg/usr/bin/netstacklat"
 
-(cd "$root" && go run -tags gendocs ./cmd/stacktop "$gen")
-mkdir -p "$pkg/usr/share/man/man1"
-for page in "$gen"/man/*.1; do
+mkdir -p "$gen" "$pkg/usr/share/man/man1"
+"$bin" man "$gen"
+for page in "$gen"/*.1; do
 	gzip -9n <"$page" >"$pkg/usr/share/man/man1/$(basename "$page").gz"
 done
 ln -s stacktop-top.1.gz "$pkg/usr/share/man/man1/tcptop.1.gz"
 ln -s stacktop-latency.1.gz "$pkg/usr/share/man/man1/netstacklat.1.gz"
-install -D -m 0644 "$gen/completion/stacktop.bash" "$pkg/usr/share/bash-completion/completions/stacktop"
-install -D -m 0644 "$gen/completion/_stacktop" "$pkg/usr/share/zsh/vendor-completions/_stacktop"
-install -D -m 0644 "$gen/completion/stacktop.fish" "$pkg/usr/share/fish/vendor_completions.d/stacktop.fish"
+mkdir -p "$pkg/usr/share/bash-completion/completions" "$pkg/usr/share/zsh/vendor-completions" \
+	"$pkg/usr/share/fish/vendor_completions.d"
+"$bin" completion bash >"$pkg/usr/share/bash-completion/completions/stacktop"
+"$bin" completion zsh >"$pkg/usr/share/zsh/vendor-completions/_stacktop"
+"$bin" completion fish >"$pkg/usr/share/fish/vendor_completions.d/stacktop.fish"
 
-unit=$pkg/lib/systemd/system/stacktop.service
-install -D -m 0644 "$root/deploy/systemd/stacktop.service" "$unit"
-sed -i 's|^ExecStart=/usr/local/bin/stacktop |ExecStart=/usr/bin/stacktop |' "$unit"
+unit=$pkg/usr/lib/systemd/system/stacktop.service
+mkdir -p "$(dirname "$unit")"
+sed 's|/usr/local/bin/stacktop|/usr/bin/stacktop|g; s|^# Install:.*|# Installed by the stacktop package: systemctl enable --now stacktop|; /^#  *systemctl daemon-reload/d' \
+	"$root/deploy/systemd/stacktop.service" >"$unit"
 grep -q '^ExecStart=/usr/bin/stacktop ' "$unit" || { echo "deb.sh: no ExecStart=/usr/local/bin/stacktop in deploy/systemd/stacktop.service to point at /usr/bin" >&2; exit 1; }
 
 doc=$pkg/usr/share/doc/stacktop
@@ -71,7 +75,7 @@ mkdir -p "$pkg/DEBIAN"
 sed -e "s|@VERSION@|$debversion|" -e "s|@ARCH@|$arch|" -e "s|@MAINTAINER@|$DEB_MAINTAINER|" \
 	-e "s|@SIZE@|$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)|" \
 	"$root/deploy/debian/control" >"$pkg/DEBIAN/control"
-(cd "$pkg" && find usr lib -type f -exec md5sum {} + | LC_ALL=C sort -k2) >"$pkg/DEBIAN/md5sums"
+(cd "$pkg" && find usr -type f -exec md5sum {} + | LC_ALL=C sort -k2) >"$pkg/DEBIAN/md5sums"
 chmod 0644 "$pkg/DEBIAN/control" "$pkg/DEBIAN/md5sums"
 find "$pkg" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 

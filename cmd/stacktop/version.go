@@ -25,15 +25,20 @@ func buildCommit() string {
 	return "unknown"
 }
 
+// versionText is what --version prints, as every Prometheus exporter has
+// it: version, commit, Go version and platform.
+func versionText() string {
+	return fmt.Sprintf("stacktop %s\ncommit %s\n%s %s/%s\n",
+		version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print version, commit, Go and kernel version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "stacktop %s\ncommit %s\n%s %s/%s\nkernel %s\n",
-				version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-				features.Detect().Kernel)
+			fmt.Fprintf(cmd.OutOrStdout(), "%skernel %s\n", versionText(), features.Detect().Kernel)
 			return nil
 		},
 	}

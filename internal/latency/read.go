@@ -72,7 +72,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	var out []keyedSeries
 	var ifaces map[uint32]string // fetched once, on the first grouped series
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
-		s := hist.Series{Hook: Hook(key.Hook).String()}
+		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
 				s.Hist.Buckets[i] += v.Slots[i]
