@@ -81,7 +81,7 @@ find "$pkg" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 
 # gzip, not xz or zstd: every dpkg reads it (zstd needs dpkg 1.21.18, newer
 # than bullseye's, whose 5.10 kernel stacktop supports), and it compresses
-# the 24 MB binary in seconds where xz takes half a minute.
+# the 17 MB binary about three times faster than xz (2.7 s against 8.3 s here).
 mkdir -p "$out"
 deb=$out/stacktop_${debversion}_$arch.deb
 dpkg-deb --root-owner-group -Zgzip --build "$pkg" "$deb" >/dev/null
