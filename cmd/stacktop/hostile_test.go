@@ -1,0 +1,53 @@
+package main
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+// TestStreamEscapesHostileProcessNames: a process that names itself
+// "ev\nX\x1b[31m" with prctl(PR_SET_NAME) and moves bytes must show up in
+// stream text on one line, escaped, with no control character raw.
+func TestStreamEscapesHostileProcessNames(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := newTraffic(t, "stc-hostile", 61)
+	const hostile = "ev\nX\x1b[31m"
+	exchange := func(t *testing.T) {
+		// The kernel takes the name of the thread that sends, so the
+		// exchange runs on one locked thread renamed for it.
+		runtime.LockOSThread() // never unlocked: the thread dies with its odd name
+		name, _ := unix.BytePtrFromString(hostile)
+		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+			t.Error(err)
+			return
+		}
+		c, err := net.Dial("tcp", tr.addr())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		if _, err := c.Write(make([]byte, 4000)); err != nil {
+			t.Error(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 4000)); err != nil {
+			t.Error(err)
+		}
+	}
+	out := streamRunWith(t, exchange, "stream", "--count", "4", "--interval", "400ms", "--port", strconv.Itoa(tr.port))
+	if strings.ContainsAny(out, "\x1b\r") || strings.Contains(out, "\nX") {
+		t.Errorf("raw control characters in stream text:\n%q", out)
+	}
+	if !strings.Contains(out, `/ev\nX\x1b[31m `) {
+		t.Errorf("the escaped name is not shown:\n%s", out)
+	}
+}
