@@ -120,12 +120,12 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil {
-		return err
-	}
 	out := cmd.OutOrStdout()
 	if f.list {
 		return listProbes(out, cfg)
+	}
+	if err := privilege.Check(latencyNeeds(cfg)...); err != nil {
+		return err
 	}
 	ctx, cancel := runopts.SignalContext(cmd.Context())
 	defer cancel()
@@ -197,36 +197,62 @@ func report(w io.Writer, tr *latency.Tracer, format string, withCounters bool) e
 	return tw.Flush()
 }
 
+// latencyNeeds is what the chosen probes need beyond loading programs: the
+// netfilter hooks (unless forced to fentry) CAP_NET_ADMIN, and CAP_SYS_ADMIN
+// to attach them in other namespaces.
+func latencyNeeds(cfg latency.Config) []privilege.Need {
+	if cfg.Hooks&latency.NetfilterHooks == 0 || cfg.Backend == features.FentryBE {
+		return nil
+	}
+	needs := []privilege.Need{{Cap: privilege.NetAdmin, Why: "to attach the netfilter hooks ip-start, tcp-start and udp-start; -e socket probes or --backend fentry need none"}}
+	if cfg.Netns != 0 {
+		needs = append(needs, privilege.Need{Cap: privilege.SysAdmin, Why: "to attach netfilter hooks in other network namespaces (-n)"})
+	}
+	return needs
+}
+
 // listProbes attaches every selected probe to learn which backend it gets,
-// prints the list and detaches again; refusals follow the table.
+// prints the list and detaches again; refusals follow the table. Without
+// the privileges to attach, it lists the probes and says why the backends
+// are unknown.
 func listProbes(w io.Writer, cfg latency.Config) error {
-	choices, err := latency.Probe(cfg.Backend)
-	if choices == nil {
-		return err // nothing could be loaded at all
+	var choices []features.Choice
+	unprivileged := privilege.Check(latencyNeeds(cfg)...)
+	if unprivileged == nil {
+		var err error
+		if choices, err = latency.Probe(cfg.Backend); choices == nil {
+			return err // nothing could be loaded at all
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
-	var refusals []string
+	var notes []string
 	for i, h := range latency.Hooks {
-		c := choices[i]
-		backend := cmp.Or(string(c.Backend), "none")
 		enabled := "yes"
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
+		backend := "unknown"
+		if choices != nil {
+			c := choices[i]
+			backend = cmp.Or(string(c.Backend), "none")
+			for _, r := range c.Refused {
+				notes = append(notes, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
+			}
+			if c.Backend == "" && len(c.Refused) == 0 {
+				notes = append(notes, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
-		for _, r := range c.Refused {
-			refusals = append(refusals, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
-		}
-		if c.Backend == "" && len(c.Refused) == 0 {
-			refusals = append(refusals, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
-		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(refusals) > 0 {
-		fmt.Fprintf(w, "\n%s\n", strings.Join(refusals, "\n"))
+	if unprivileged != nil {
+		notes = append(notes, "backends unknown: they are learnt by attaching each probe, and "+unprivileged.Error())
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func TestLatencyBadInput(t *testing.T) {
 		{[]string{"-q", "70000"}, `invalid --min-queuelength "70000"`},
 		{[]string{"--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"--format", "csv"}, `invalid --format "csv"`},
-		{[]string{"-e", "udp-start", "-r", "1"}, "requires root privileges"},
+		{[]string{"-e", "udp-start", "-r", "1"}, "stacktop needs CAP_BPF and CAP_PERFMON (to load BPF programs; CAP_SYS_ADMIN also does) and CAP_NET_ADMIN"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -27,7 +27,8 @@ var aliases = map[string]string{"tcptop": "top", "netstacklat": "latency"}
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	args := argv[1:]
-	if sub, ok := aliases[filepath.Base(argv[0])]; ok {
+	clierr.Prog = filepath.Base(argv[0])
+	if sub, ok := aliases[clierr.Prog]; ok {
 		args = append([]string{sub}, args...)
 	}
 	started := false // set once cobra has parsed and validated everything

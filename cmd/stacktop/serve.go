@@ -227,7 +227,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil {
+	if err := privilege.Check(append(latencyNeeds(c.latency), connNeeds)...); err != nil {
 		return err
 	}
 	// Listen first: a port in use fails before any BPF program is loaded.
