@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,10 @@ import (
 
 func TestStreamUsageErrors(t *testing.T) {
 	otherLog := filepath.Join(t.TempDir(), "other.csv")
+	fifo := filepath.Join(t.TempDir(), "log.fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(otherLog, []byte("time,value\n1,2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +60,7 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"top", "--max-connections", "99999999999"}, `invalid --max-connections "99999999999"`},
 		{[]string{"top", "--max-connections", "1e99"}, `invalid argument "1e99" for "--max-connections"`},
 		{[]string{"stream", "--log", otherLog}, `invalid --log "` + otherLog + `"`},
+		{[]string{"stream", "--log", fifo}, `invalid --log "` + fifo + `": not a regular file (it is a FIFO)`},
 		{[]string{"top", "--port", "65536"}, `invalid --port "65536"`},
 		{[]string{"--process", "["}, `invalid --process "["`},
 	}
