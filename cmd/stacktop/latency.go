@@ -48,6 +48,7 @@ type probeFlags struct {
 	groupCgroup bool
 	includeHOL  bool
 	backend     string
+	fs          *pflag.FlagSet // to tell an explicitly empty -e or -d from none
 }
 
 // netstacklatNames maps netstacklat's long option names to ours, so both work.
@@ -96,6 +97,7 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 
 // register adds netstacklat's probe flags to fs, under its names too.
 func (f *probeFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
 	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
 	fs.StringSliceVarP(&f.pids, "pid", "p", nil, "only reads by these processes (socket-read probes)")
@@ -323,6 +325,9 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 		set = 0
 	}
 	for flag, names := range map[string][]string{"enable-probes": f.enable, "disable-probes": f.disable} {
+		if len(names) == 0 && f.fs != nil && f.fs.Changed(flag) {
+			return 0, clierr.Usage(flag, "", "names no probe (leave the flag out for all of them)")
+		}
 		for _, name := range names {
 			h, err := latency.ParseHook(name)
 			if err != nil {
