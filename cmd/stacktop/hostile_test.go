@@ -51,3 +51,19 @@ func TestStreamEscapesHostileProcessNames(t *testing.T) {
 		t.Errorf("the escaped name is not shown:\n%s", out)
 	}
 }
+
+// TestStreamNetnsVocabulary: stream takes latency's namespace spellings with
+// latency's meaning (they failed with ENOENT): 0 is our namespace, -1 every
+// one. The held connection has one end here and one, with the listener, in
+// the peer namespace.
+func TestStreamNetnsVocabulary(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := newTraffic(t, "stc-nsvoc", 63)
+	for netns, want := range map[string]int{"0": 1, "/proc/self/ns/net": 1, "-1": 3, tr.peer.Name: 2} {
+		out := streamRunWith(t, func(*testing.T) {}, "stream", "--count", "1", "--interval", "200ms",
+			"--format", "csv", "--port", strconv.Itoa(tr.port), "--netns", netns)
+		if got := strings.Count(out, "\n") - 1; got != want {
+			t.Errorf("--netns %s: %d connections, want %d:\n%s", netns, got, want, out)
+		}
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,16 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/runopts"
+	"github.com/stacktop/stacktop/internal/selector"
 )
-
-// pidMax is the kernel's PID_MAX_LIMIT: no pid is larger.
-const pidMax = 4 * 1024 * 1024
 
 // latencyFlags are netstacklat's options, with its short letters and meaning.
 type latencyFlags struct {
@@ -39,10 +34,7 @@ type latencyFlags struct {
 type probeFlags struct {
 	enable      []string
 	disable     []string
-	pids        []string
-	ifaces      []string
-	netns       string
-	cgroups     []string
+	sel         selector.Specs
 	minQueue    string
 	groupIface  bool
 	groupCgroup bool
@@ -95,15 +87,20 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	return cmd
 }
 
+// probeHelp says what the selector flags select for the latency probes.
+var probeHelp = selector.Help{
+	PID:       "only reads by these processes (socket-read probes)",
+	Cgroup:    "only reads by tasks in these cgroups (socket-read probes)",
+	Interface: "only packets received on these interfaces",
+	Netns:     "network namespaces to measure in (-1 follows new ones)",
+}
+
 // register adds netstacklat's probe flags to fs, under its names too.
 func (f *probeFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
 	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
 	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
-	fs.StringSliceVarP(&f.pids, "pid", "p", nil, "only reads by these processes (socket-read probes)")
-	fs.StringSliceVarP(&f.ifaces, "interface", "i", nil, "only packets received on these interfaces (names or indexes)")
-	fs.StringVarP(&f.netns, "netns", "n", "0", "network namespace: 0 our own, -1 all (following new ones), or an inode")
-	fs.StringSliceVarP(&f.cgroups, "cgroup", "c", nil, "only reads by tasks in these cgroups (v2 paths or ids; socket-read probes)")
+	f.sel.Register(fs, probeHelp, "0")
 	fs.StringVarP(&f.minQueue, "min-queuelength", "q", "0", "only reads that leave at least this many packets queued (socket-read probes)")
 	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
@@ -264,55 +261,47 @@ func (f *latencyFlags) config() (latency.Config, error) {
 	if err := f.run.Validate(); err != nil {
 		return latency.Config{}, err
 	}
-	return f.probes.config()
+	cfg, _, err := f.probes.config()
+	return cfg, err
 }
 
-// config validates the probe flags; errors name the flag and the value (exit 2).
-func (f *probeFlags) config() (latency.Config, error) {
+// config validates the probe flags; errors name the flag and the value
+// (exit 2). The selection is returned too, for serve's connections.
+func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 	var cfg latency.Config
+	var sel selector.Selection
 	var err error
 	if cfg.Backend, err = features.ParseBackend(f.backend); err != nil {
-		return cfg, err
+		return cfg, sel, err
 	}
 	if cfg.Hooks, err = f.hooks(); err != nil {
-		return cfg, err
+		return cfg, sel, err
 	}
-	for _, p := range f.pids {
-		n, err := strconv.ParseUint(p, 10, 32)
-		if err != nil || n < 1 || n > pidMax {
-			return cfg, clierr.Usage("pid", p, "must be a process id from 1 to %d", pidMax)
-		}
-		cfg.PIDs = append(cfg.PIDs, uint32(n))
+	if sel, err = f.sel.Parse(); err != nil {
+		return cfg, sel, err
 	}
-	for _, name := range f.ifaces {
-		idx, err := ifindex(name)
-		if err != nil {
-			return cfg, clierr.Usage("interface", name, "%v", err)
-		}
-		cfg.Ifindexes = append(cfg.Ifindexes, idx)
+	cfg.PIDs = sel.PIDs
+	for _, ifc := range sel.Interfaces {
+		cfg.Ifindexes = append(cfg.Ifindexes, uint32(ifc.Index))
 	}
-	for _, c := range f.cgroups {
-		id, err := cgroupID(c)
-		if err != nil {
-			return cfg, clierr.Usage("cgroup", c, "%v", err)
-		}
-		cfg.Cgroups = append(cfg.Cgroups, id)
+	for _, c := range sel.Cgroups {
+		cfg.Cgroups = append(cfg.Cgroups, c.ID)
 	}
-	ns, err := strconv.ParseInt(f.netns, 10, 64)
-	if err != nil || ns < latency.AllNetns || ns > math.MaxUint32 {
-		return cfg, clierr.Usage("netns", f.netns, "must be 0 (our own), -1 (all) or a namespace inode")
+	switch {
+	case sel.Netns.All:
+		cfg.Netns = latency.AllNetns
+	case sel.Netns.Own:
+		cfg.Netns = latency.OwnNetns
+	default:
+		cfg.Netns = int64(sel.Netns.Inode)
 	}
-	if ns > 0 && !latency.NetnsExists(uint64(ns)) {
-		return cfg, clierr.Usage("netns", f.netns, "no network namespace with this inode")
-	}
-	cfg.Netns = ns
 	q, err := strconv.ParseUint(f.minQueue, 10, 32)
 	if err != nil || q > 65536 {
-		return cfg, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
+		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
 	}
 	cfg.MinQueueLen = uint32(q)
 	cfg.GroupByIface, cfg.GroupByCgroup, cfg.IncludeHOL = f.groupIface, f.groupCgroup, f.includeHOL
-	return cfg, nil
+	return cfg, sel, nil
 }
 
 func (f *probeFlags) hooks() (latency.HookSet, error) {
@@ -344,40 +333,4 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
 	}
 	return set, nil
-}
-
-// ifindex resolves an interface name, or checks that an index exists, in our
-// namespace.
-func ifindex(s string) (uint32, error) {
-	if ifc, err := net.InterfaceByName(s); err == nil {
-		return uint32(ifc.Index), nil
-	}
-	n, err := strconv.ParseUint(s, 10, 31)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("no such interface")
-	}
-	if _, err := net.InterfaceByIndex(int(n)); err != nil {
-		return 0, fmt.Errorf("no interface with this index")
-	}
-	return uint32(n), nil
-}
-
-// cgroupID resolves a cgroup v2 path (absolute or relative to the v2 root)
-// or checks that an id names an existing cgroup.
-func cgroupID(s string) (uint64, error) {
-	if id, err := strconv.ParseUint(s, 10, 64); err == nil {
-		r, err := cgroup.NewResolver()
-		if err != nil {
-			return 0, err
-		}
-		if strings.HasPrefix(r.Path(id), "cgroup:") {
-			return 0, fmt.Errorf("no cgroup with this id")
-		}
-		return id, nil
-	}
-	id, err := cgroup.ID(s)
-	if err != nil {
-		return 0, fmt.Errorf("no such cgroup v2 directory")
-	}
-	return id, nil
 }

@@ -61,6 +61,7 @@ type Resolver struct {
 	mu    sync.Mutex
 	root  string
 	paths map[uint64]string
+	gone  map[uint64]bool // ids looked up and not found
 }
 
 // NewResolver returns a Resolver for the mounted v2 hierarchy.
@@ -69,25 +70,34 @@ func NewResolver() (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Resolver{root: root, paths: map[uint64]string{}}, nil
+	return &Resolver{root: root, paths: map[uint64]string{}, gone: map[uint64]bool{}}, nil
 }
 
 // Path returns the path of id relative to the v2 root, e.g. "/" or
 // "/system.slice/nginx.service"; an id that no longer exists is shown as a
 // number.
 func (r *Resolver) Path(id uint64) string {
+	if p, ok := r.Lookup(id); ok {
+		return p
+	}
+	return fmt.Sprintf("cgroup:%d", id)
+}
+
+// Lookup returns the path of id relative to the v2 root, rescanning the
+// hierarchy when id is not known yet; ok is false when no cgroup has this
+// id. An id found missing is not rescanned for again.
+func (r *Resolver) Lookup(id uint64) (path string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p, ok := r.paths[id]; ok {
-		return p
+	if p, ok := r.paths[id]; ok || r.gone[id] {
+		return p, ok
 	}
 	r.rescan()
-	if p, ok := r.paths[id]; ok {
-		return p
+	p, ok := r.paths[id]
+	if !ok {
+		r.gone[id] = true
 	}
-	p := fmt.Sprintf("cgroup:%d", id)
-	r.paths[id] = p // do not rescan for every lookup of a vanished cgroup
-	return p
+	return p, ok
 }
 
 func (r *Resolver) rescan() {
