@@ -6,8 +6,13 @@ BIN ?= bin/stacktop
 
 .PHONY: build generate check-generated lint test deps matrix bench
 
+# The version and commit come from git (`stacktop --version` prints them);
+# -s -w strips the symbol table and DWARF (about a third of the size).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
 
 generate:
 	scripts/bpf-generate.sh

@@ -54,3 +54,24 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 		}
 	}
 }
+
+// --version on every name, and the help of an alias says the name it was
+// invoked as (it said "Usage: stacktop latency").
+func TestVersionFlagAndAliasUsage(t *testing.T) {
+	for _, prog := range []string{"stacktop", "tcptop", "netstacklat"} {
+		code, out, stderr := runArgs(prog, "--version")
+		if want := "stacktop " + version + " (commit "; code != 0 || !strings.HasPrefix(out, want) {
+			t.Errorf("%s --version: exit %d, %q %q; want %q", prog, code, out, stderr, want)
+		}
+	}
+	for prog, want := range map[string]string{"netstacklat": "Usage:\n  netstacklat [flags]\n", "tcptop": "Usage:\n  tcptop [flags]\n",
+		"stacktop": "Usage:\n  stacktop [flags]\n  stacktop [command]\n"} {
+		code, out, _ := runArgs(prog, "--help")
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%s --help: exit %d, lacks %q:\n%s", prog, code, want, out)
+		}
+	}
+	if code, _, stderr := runArgs("netstacklat", "-r", "0"); code != clierr.ExitUsage || !strings.Contains(stderr, "Run 'netstacklat --help' for usage.") {
+		t.Errorf("netstacklat -r 0: exit %d, %q", code, stderr)
+	}
+}

@@ -92,7 +92,12 @@ func orDash(s string) string {
 	return s
 }
 
+// rtt renders a smoothed RTT; 0 means the kernel has no estimate (UDP, or
+// a TCP socket that never exchanged data) and shows as "-", as in the TUI.
 func rtt(us uint32) string {
+	if us == 0 {
+		return "-"
+	}
 	if us < 1000 {
 		return fmt.Sprintf("%dus", us)
 	}
