@@ -115,7 +115,10 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 }
 
 func runLatency(cmd *cobra.Command, f *latencyFlags) error {
-	cfg, err := f.config()
+	if err := f.run.Validate(); err != nil {
+		return err
+	}
+	cfg, sel, err := f.probes.config()
 	if err != nil {
 		return err
 	}
@@ -139,7 +142,9 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 			return err
 		}
 		warned = warnDropped(tr, warned)
-		return nil
+		// The kernel filters by index and id: a re-created interface or
+		// cgroup would silently count nothing, so stop and say so.
+		return sel.Gone()
 	})
 }
 
@@ -254,15 +259,6 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))
 	}
 	return nil
-}
-
-// config validates every flag; errors name the flag and the value (exit 2).
-func (f *latencyFlags) config() (latency.Config, error) {
-	if err := f.run.Validate(); err != nil {
-		return latency.Config{}, err
-	}
-	cfg, _, err := f.probes.config()
-	return cfg, err
 }
 
 // config validates the probe flags; errors name the flag and the value

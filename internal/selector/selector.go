@@ -97,6 +97,24 @@ func (s *Specs) Parse() (Selection, error) {
 	return sel, nil
 }
 
+// Gone reports the first selected interface or cgroup that no longer is
+// what it was at start: deleted, or re-created under the same name with
+// another index or id. Commands that select by index or id in the kernel
+// would silently stop counting; they call this every report and stop.
+func (s Selection) Gone() error {
+	for _, i := range s.Interfaces {
+		if now, err := net.InterfaceByName(i.Name); err != nil || now.Index != i.Index {
+			return fmt.Errorf("interface %s (index %d) was deleted or re-created since start; restart to select it again", i.Name, i.Index)
+		}
+	}
+	for _, c := range s.Cgroups {
+		if id, err := cgroup.ID(c.Path); err != nil || id != c.ID {
+			return fmt.Errorf("cgroup %s (id %d) was deleted or re-created since start; restart to select it again", c.Path, c.ID)
+		}
+	}
+	return nil
+}
+
 // NetnsChanged reports whether -n was given (rather than defaulted).
 func (s *Specs) NetnsChanged() bool { return s.fs != nil && s.fs.Changed("netns") }
 
