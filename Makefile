@@ -53,7 +53,7 @@ MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
 
-# The benchmark suite (docs/BENCHMARKS.md): root, about 20 minutes, not part
+# The benchmark suite (docs/BENCHMARKS.md): root, at most 25 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -45,20 +46,23 @@ type machine struct {
 	Version string `json:"stacktop_version"`
 }
 
+var errNotRoot = errors.New("the benchmark loads BPF programs and creates network namespaces: run it as root")
+
 func benchMain(ctx context.Context, args []string) error {
 	cfg, err := parseConfig(args)
 	if err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("the benchmark loads BPF programs and creates network namespaces: run it as root")
+		return errNotRoot
 	}
 	res := &results{Config: cfg, Machine: describeMachine(cfg.Stacktop), Started: time.Now(), Command: cfg.Command}
 	if res.Command == "" {
 		res.Command = strings.Join(append([]string{"bench"}, args...), " ")
 	}
 	cfg.Tools = slices.DeleteFunc(cfg.Tools, func(name string) bool {
-		if !isStacktop(name) || exec.Command(cfg.Stacktop, name, "--help").Run() == nil {
+		t, _ := tool.Named(name) // names were validated
+		if t.Command == "" || exec.Command(cfg.Stacktop, t.Command, "--help").Run() == nil {
 			return false
 		}
 		slog.Warn("this stacktop has no such command: tool left out", "tool", name)

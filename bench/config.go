@@ -16,23 +16,29 @@ import (
 )
 
 // config is everything a run is parameterised by; the defaults make the
-// full run fit in about 20 minutes on a 2-core machine.
+// full run fit in 25 minutes on a 2-core machine.
 type config struct {
 	Stacktop string
 	Command  string // how the run was invoked, for the report
 	Out      string
 	Suites   []string
 	Tools    []string // compared tools, without the baseline
-	Rounds   int      // rounds of each tool per overhead configuration
-	Duration time.Duration
-	Conns    []int
-	Paths    []string
-	Scale    []int
-	Churn    int
-	Window   time.Duration
-	Pin      bool
-	Profile  bool
-	Port     int
+	// Rounds is the minimum and MaxRounds the maximum number of rounds of
+	// each tool per overhead configuration; rounds are added while a ratio
+	// is wider than ±Precision and its target undecided, within Budget.
+	Rounds    int
+	MaxRounds int
+	Precision float64
+	Budget    time.Duration // the whole run's maximum
+	Duration  time.Duration
+	Conns     []int
+	Paths     []string
+	Scale     []int
+	Churn     int
+	Window    time.Duration
+	Pin       bool
+	Profile   bool
+	Port      int
 }
 
 var (
@@ -47,9 +53,12 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Command, "command", "", "the invocation to show in the report (bench/run.sh passes its own)")
 	fs.StringVar(&c.Out, "out", "", "directory for results.json, report.md and tool logs (default: a new one under /tmp)")
 	suites := fs.String("suites", strings.Join(allSuites, ","), "suites to run")
-	tools := fs.String("tools", "latency,stream,serve,bpftrace", "tools to compare with the baseline")
-	fs.IntVar(&c.Rounds, "rounds", 3, "overhead: rounds of each tool per path and connection count")
-	fs.DurationVar(&c.Duration, "duration", 8*time.Second, "overhead and cost: wrk run time per round (whole seconds)")
+	tools := fs.String("tools", "latency,latency-read,stream,serve,bpftrace", "tools to compare with the baseline")
+	fs.IntVar(&c.Rounds, "rounds", 3, "overhead: minimum rounds of each tool per path and connection count")
+	fs.IntVar(&c.MaxRounds, "max-rounds", 10, "overhead: maximum rounds of each tool per path and connection count")
+	fs.Float64Var(&c.Precision, "precision", 0.015, "overhead: add rounds until each ratio's 95% interval is within ± this (or its target is decided)")
+	fs.DurationVar(&c.Budget, "budget", 25*time.Minute, "the whole run's maximum time; overhead rounds beyond -rounds stop when it is spent")
+	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "overhead and cost: wrk run time per round (whole seconds)")
 	conns := fs.String("conns", "100,1000", "overhead: wrk concurrent connections")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "overhead: loopback, veth (wrk in a peer namespace)")
 	scale := fs.String("scale", "1000,10000,100000", "userspace: idle connections tracked")
@@ -59,38 +68,15 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&c.Profile, "profile", false, "userspace: after each window, profile the stream with perf for as long (perf report in -out)")
 	fs.IntVar(&c.Port, "port", 18150, "first of the TCP ports the benchmark uses (it takes four)")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if err == flag.ErrHelp {
+			return c, err
+		}
+		return c, usageError{err}
+	}
+	if err := c.validate(*suites, *tools, *paths, *conns, *scale); err != nil {
+		return c, usageError{err}
 	}
 	var err error
-	if c.Suites, err = names(*suites, "suites", allSuites); err != nil {
-		return c, err
-	}
-	if c.Tools, err = names(*tools, "tools", slices.DeleteFunc(tool.Names(), func(n string) bool { return n == "none" })); err != nil {
-		return c, err
-	}
-	if c.Paths, err = names(*paths, "paths", allPaths); err != nil {
-		return c, err
-	}
-	if c.Conns, err = counts(*conns, "conns"); err != nil {
-		return c, err
-	}
-	if c.Scale, err = counts(*scale, "scale"); err != nil {
-		return c, err
-	}
-	switch {
-	case c.Stacktop == "" && slices.ContainsFunc(c.Tools, isStacktop):
-		return c, errors.New("-stacktop is required (bench/run.sh builds it)")
-	case c.Rounds < 1:
-		return c, fmt.Errorf("-rounds %d: must be at least 1", c.Rounds)
-	case c.Duration < time.Second:
-		return c, fmt.Errorf("-duration %v: must be at least 1s", c.Duration)
-	case c.Window < time.Second:
-		return c, fmt.Errorf("-window %v: must be at least 1s", c.Window)
-	case c.Churn < 0:
-		return c, fmt.Errorf("-churn %d: must not be negative", c.Churn)
-	case c.Port < 1024 || c.Port > 65535-4:
-		return c, fmt.Errorf("-port %d: must be between 1024 and 65531", c.Port)
-	}
 	if c.Out == "" {
 		if c.Out, err = os.MkdirTemp("", "stacktop-bench-"); err != nil {
 			return c, err
@@ -101,7 +87,57 @@ func parseConfig(args []string) (config, error) {
 	return c, nil
 }
 
-func isStacktop(name string) bool { return name != "bpftrace" }
+// usageError is a flag whose value cannot be used: the harness exits 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func (c *config) validate(suites, tools, paths, conns, scale string) error {
+	var err error
+	if c.Suites, err = names(suites, "suites", allSuites); err != nil {
+		return err
+	}
+	if c.Tools, err = names(tools, "tools", slices.DeleteFunc(tool.Names(), func(n string) bool { return n == "none" })); err != nil {
+		return err
+	}
+	if c.Paths, err = names(paths, "paths", allPaths); err != nil {
+		return err
+	}
+	if c.Conns, err = counts(conns, "conns"); err != nil {
+		return err
+	}
+	if c.Scale, err = counts(scale, "scale"); err != nil {
+		return err
+	}
+	switch {
+	case c.Stacktop == "" && slices.ContainsFunc(c.Tools, isStacktop):
+		return errors.New("-stacktop is required (bench/run.sh builds it)")
+	case c.Rounds < 1:
+		return fmt.Errorf("-rounds %d: must be at least 1", c.Rounds)
+	case c.MaxRounds < c.Rounds:
+		return fmt.Errorf("-max-rounds %d: must be at least -rounds (%d)", c.MaxRounds, c.Rounds)
+	case !(c.Precision > 0 && c.Precision < 1): // NaN fails too
+		return fmt.Errorf("-precision %v: must be above 0 and below 1", c.Precision)
+	case c.Duration < time.Second:
+		return fmt.Errorf("-duration %v: must be at least 1s", c.Duration)
+	case c.Window < time.Second:
+		return fmt.Errorf("-window %v: must be at least 1s", c.Window)
+	case c.Churn < 0:
+		return fmt.Errorf("-churn %d: must not be negative", c.Churn)
+	case c.Port < 1024 || c.Port > 65535-4:
+		return fmt.Errorf("-port %d: must be between 1024 and 65531", c.Port)
+	}
+	if least := c.leastTime(); c.Budget < least {
+		return fmt.Errorf("-budget %v: too short for these suites with -rounds %d, which need about %v",
+			c.Budget, c.Rounds, least.Round(time.Minute))
+	}
+	return nil
+}
+
+func isStacktop(name string) bool {
+	t, _ := tool.Named(name)
+	return t.Command != ""
+}
 
 func names(list, flagName string, known []string) ([]string, error) {
 	var out []string
@@ -142,18 +178,39 @@ func (c config) churnPort() uint16 { return uint16(c.Port + 3) }
 
 func (c config) has(suite string) bool { return slices.Contains(c.Suites, suite) }
 
-// estimate is how long the run will take, roughly, so a user can decide
-// before starting it.
+// toolStartup is what starting, attaching and stopping a tool adds to a
+// round, measured on the 2-core VM (bpftrace is the slowest).
+const toolStartup = 4 * time.Second
+
+// estimate is how long the run will take at most, so a user can decide
+// before starting it: the budget, unless the maximum rounds take less.
 func (c config) estimate() time.Duration {
-	var d time.Duration
-	perRound := c.Duration + 4*time.Second // tool start-up and settling
-	if c.has("overhead") {
-		toolRounds := len(c.Tools) * c.Rounds
-		perConfig := time.Second + time.Duration(toolRounds)*perRound + time.Duration(toolRounds+1)*c.Duration
-		d += time.Duration(len(c.Conns)*len(c.Paths)) * perConfig
+	return min(c.Budget, c.otherSuites()+c.overheadTime(c.MaxRounds))
+}
+
+// leastTime is how long the run takes with the minimum rounds.
+func (c config) leastTime() time.Duration { return c.otherSuites() + c.overheadTime(c.Rounds) }
+
+// overheadBudget is the time the overhead suite may take: what the budget
+// leaves after the other suites.
+func (c config) overheadBudget() time.Duration { return c.estimate() - c.otherSuites() }
+
+// overheadTime is how long the overhead suite takes with reps rounds of
+// every tool: per path and connection count a 1 s warm-up, then each tool
+// round followed by a baseline round, after a first baseline round.
+func (c config) overheadTime(reps int) time.Duration {
+	if !c.has("overhead") {
+		return 0
 	}
+	pairs := time.Duration(len(c.Tools) * reps)
+	perConfig := time.Second + c.Duration + pairs*(c.Duration+toolStartup+c.Duration)
+	return time.Duration(len(c.Conns)*len(c.Paths)) * perConfig
+}
+
+func (c config) otherSuites() time.Duration {
+	var d time.Duration
 	if c.has("cost") {
-		d += time.Duration(len(c.Tools)) * perRound
+		d += time.Duration(len(c.Tools)+1) * (c.Duration + toolStartup) // and the empty program
 	}
 	if c.has("userspace") {
 		d += time.Duration(len(c.Scale)) * (2*c.Window + 20*time.Second)

@@ -8,8 +8,11 @@
 //
 //	overhead   nginx + wrk on loopback and across a veth pair, 100 and 1,000
 //	           connections; rounds of each tool interleaved with baseline
-//	           rounds; requests/s and p99 as ratios to the adjacent baselines
-//	cost       run time per invocation of every BPF program under that load
+//	           rounds; requests/s and p99 as ratios to the adjacent baselines,
+//	           with confidence intervals, rounds added until they are narrow
+//	           or the targets decided, within a time budget
+//	cost       run time per invocation of every BPF program under that load,
+//	           and per HTTP request next to the empty-program floor
 //	userspace  CPU and RSS of `stacktop stream` tracking 1k/10k/100k idle
 //	           connections, and events lost under connection churn
 //	startup    time from exec to the first report; memory locked by maps
@@ -21,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -44,10 +48,17 @@ func main() {
 	default:
 		err = benchMain(ctx, os.Args[1:])
 	}
-	if err == flag.ErrHelp {
+	var usage usageError
+	switch {
+	case err == flag.ErrHelp:
 		os.Exit(2)
-	}
-	if err != nil {
+	case errors.As(err, &usage):
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(2)
+	case errors.Is(err, errNotRoot):
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(77)
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 		os.Exit(1)
 	}

@@ -1,12 +1,11 @@
 // Package rounds interleaves tool rounds with baseline rounds (A/B/A/B…)
 // and turns their results into ratios against the adjacent baselines, so
-// that drift in the machine's speed over a run cancels out.
+// that drift in the machine's speed over a run cancels out; then into
+// confidence intervals over rounds, verdicts on targets, and the rule for
+// when another round is worth running.
 package rounds
 
-import (
-	"math"
-	"slices"
-)
+import "slices"
 
 // Baseline is the name of the no-tool round.
 const Baseline = "none"
@@ -53,13 +52,14 @@ func SpreadOf(vs []float64) Spread {
 
 // Ratio is one tool's results relative to the baseline.
 type Ratio struct {
-	Tool     string
-	RPS, P99 Spread // each round's value divided by the mean of its neighbouring baselines
-	AbsRPS   Spread // absolute values, requests/s
-	AbsP99   Spread // absolute values, µs
-	// Noise is the median distance from 1 of the RPS and P99 ratios: for
-	// the baseline, how much rounds typically differ with nothing running.
-	RPSNoise, P99Noise float64
+	Tool string
+	// RPSRounds and P99Rounds are each round's value divided by the mean of
+	// its neighbouring baselines, in the order the rounds ran.
+	RPSRounds, P99Rounds []float64
+	RPS, P99             Spread   // summaries of those
+	RPSCI, P99CI         Interval // and the confidence intervals of their means
+	AbsRPS               Spread   // absolute values, requests/s
+	AbsP99               Spread   // absolute values, µs
 }
 
 // Ratios computes, for every tool in samples (in order of first
@@ -97,9 +97,9 @@ func Ratios(samples []Sample) []Ratio {
 	}
 	var out []Ratio
 	for _, t := range order {
-		out = append(out, Ratio{Tool: t, RPS: SpreadOf(rps[t]), P99: SpreadOf(p99[t]),
-			AbsRPS: SpreadOf(absRPS[t]), AbsP99: SpreadOf(absP99[t]),
-			RPSNoise: distanceFromOne(rps[t]), P99Noise: distanceFromOne(p99[t])})
+		out = append(out, Ratio{Tool: t, RPSRounds: rps[t], P99Rounds: p99[t],
+			RPS: SpreadOf(rps[t]), P99: SpreadOf(p99[t]), RPSCI: TInterval(rps[t]), P99CI: TInterval(p99[t]),
+			AbsRPS: SpreadOf(absRPS[t]), AbsP99: SpreadOf(absP99[t])})
 	}
 	return out
 }
@@ -113,16 +113,4 @@ func neighbour(samples []Sample, i, dir int) int {
 		}
 	}
 	return -1
-}
-
-// distanceFromOne is the median of |v − 1|, -1 for no values.
-func distanceFromOne(vs []float64) float64 {
-	if len(vs) == 0 {
-		return -1
-	}
-	d := make([]float64, len(vs))
-	for i, v := range vs {
-		d[i] = math.Abs(v - 1)
-	}
-	return SpreadOf(d).Median
 }

@@ -1,7 +1,6 @@
 package rounds
 
 import (
-	"math"
 	"slices"
 	"testing"
 )
@@ -38,8 +37,8 @@ func TestRatiosUseAdjacentBaselines(t *testing.T) {
 	if n := r[0].RPS; n.N != 1 || n.Median != 98.0/97 {
 		t.Fatalf("baseline noise %+v", n)
 	}
-	if want := 98.0/97 - 1; math.Abs(r[0].RPSNoise-want) > 1e-12 {
-		t.Fatalf("baseline noise distance %v, want %v", r[0].RPSNoise, want)
+	if !slices.Equal(a.RPSRounds, []float64{1, 0.5}) || a.RPSCI.N != 2 || a.RPSCI.Mean != 0.75 {
+		t.Fatalf("RPS rounds %v, interval %+v: want [1 0.5] in order, mean 0.75", a.RPSRounds, a.RPSCI)
 	}
 	if r[0].AbsRPS.N != 3 || r[0].AbsRPS.Median != 98 {
 		t.Fatalf("baseline absolute %+v", r[0].AbsRPS)

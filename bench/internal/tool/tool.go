@@ -40,8 +40,11 @@ type Env struct {
 type Tool struct {
 	Name  string
 	About string // how it runs, for the report
-	// argv returns the command line; extra arguments are appended.
-	argv func(env Env, extra []string) ([]string, error)
+	// Command is the stacktop command the tool runs, "" for other tools.
+	Command string
+	// args returns the arguments after the stacktop command (or the whole
+	// command line of another tool); extra arguments are appended.
+	args func(env Env) ([]string, error)
 	// scrape: GET /metrics every second while running, like Prometheus.
 	scrape bool
 	// timestamping: hold a socket with RX software timestamping open while
@@ -52,23 +55,38 @@ type Tool struct {
 // Tools are all the tools, by name; "none" is the baseline.
 var Tools = []Tool{
 	{Name: "none", About: "no tool running (baseline)"},
-	{Name: "latency", About: "`stacktop latency --interval 1s > /dev/null` (all probes)", argv: stacktop("latency", "--interval", "1s")},
-	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`", argv: stacktop("stream", "--format", "json", "--interval", "1s")},
-	{Name: "serve", About: "`stacktop serve`, /metrics scraped every second", argv: serve, scrape: true},
-	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second", argv: bpftrace, timestamping: true},
+	{Name: "latency", About: "`stacktop latency --interval 1s > /dev/null` (all probes)",
+		Command: "latency", args: fixed("--interval", "1s")},
+	{Name: "latency-read", About: "`stacktop latency -e tcp-socket-read --interval 1s > /dev/null` (Cloudflare's configuration)",
+		Command: "latency", args: fixed("-e", "tcp-socket-read", "--interval", "1s")},
+	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`",
+		Command: "stream", args: fixed("--format", "json", "--interval", "1s")},
+	{Name: "serve", About: "`stacktop serve` with its default flags, /metrics scraped every second",
+		Command: "serve", args: serve, scrape: true},
+	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
+		args: bpftrace, timestamping: true},
 }
 
 // Lookup returns the tools with the given names, in that order.
 func Lookup(names []string) ([]Tool, error) {
 	var out []Tool
 	for _, n := range names {
-		i := slices.IndexFunc(Tools, func(t Tool) bool { return t.Name == n })
-		if i < 0 {
+		t, ok := Named(n)
+		if !ok {
 			return nil, fmt.Errorf("unknown tool %q (known: %s)", n, strings.Join(Names(), ", "))
 		}
-		out = append(out, Tools[i])
+		out = append(out, t)
 	}
 	return out, nil
+}
+
+// Named returns the tool called name.
+func Named(name string) (Tool, bool) {
+	i := slices.IndexFunc(Tools, func(t Tool) bool { return t.Name == name })
+	if i < 0 {
+		return Tool{}, false
+	}
+	return Tools[i], true
 }
 
 // Names lists the tool names.
@@ -80,17 +98,17 @@ func Names() []string {
 	return n
 }
 
-func stacktop(args ...string) func(Env, []string) ([]string, error) {
-	return func(env Env, extra []string) ([]string, error) {
-		return append(append([]string{env.Stacktop}, args...), extra...), nil
-	}
+func fixed(args ...string) func(Env) ([]string, error) {
+	return func(Env) ([]string, error) { return args, nil }
 }
 
-func serve(env Env, extra []string) ([]string, error) {
-	return append([]string{env.Stacktop, "serve", "--web.listen-address", env.ServeAddr.String()}, extra...), nil
+// serve is told only where to listen, so it runs with its default probes
+// and connection tracking, as a user would run it.
+func serve(env Env) ([]string, error) {
+	return []string{"--web.listen-address", env.ServeAddr.String()}, nil
 }
 
-func bpftrace(env Env, extra []string) ([]string, error) {
+func bpftrace(env Env) ([]string, error) {
 	script := filepath.Join(env.Dir, "netstacklat.bt")
 	if err := os.WriteFile(script, netstacklatBT, 0o644); err != nil {
 		return nil, err
@@ -99,7 +117,7 @@ func bpftrace(env Env, extra []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append([]string{"bpftrace", script, strconv.FormatInt(offset, 10)}, extra...), nil
+	return []string{"bpftrace", script, strconv.FormatInt(offset, 10)}, nil
 }
 
 // Running is a started tool.
@@ -116,13 +134,18 @@ type Running struct {
 // it is ready. The baseline tool "none" starts nothing.
 func Start(ctx context.Context, env Env, t Tool, stdout io.Writer, extra ...string) (*Running, error) {
 	r := &Running{Tool: t, Started: time.Now()}
-	if t.argv == nil {
+	if t.args == nil {
 		return r, nil
 	}
-	argv, err := t.argv(env, extra)
+	args, err := t.args(env)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.Name, err)
 	}
+	var argv []string
+	if t.Command != "" {
+		argv = []string{env.Stacktop, t.Command}
+	}
+	argv = slices.Concat(argv, args, extra)
 	if t.timestamping {
 		stop, err := holdTimestamping()
 		if err != nil {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stacktop/stacktop/bench/internal/bpfobj"
+	"github.com/stacktop/stacktop/bench/internal/httpload"
+)
+
+func program(name string, runs uint64, ns int64) bpfobj.Cost {
+	c := bpfobj.Cost{ProgStat: bpfobj.ProgStat{Name: name, Runs: runs, Runtime: time.Duration(ns)}}
+	c.NsPerRun = float64(ns) / float64(runs)
+	return c
+}
+
+func TestReportShowsBPFTimePerRequestAndTheFloor(t *testing.T) {
+	res := &results{Config: config{Conns: []int{100}}, Cost: []costResult{
+		// 75,000 ns over 1,000 runs: the floor is 75 ns per run
+		{Tool: floorTool, Programs: []bpfobj.Cost{program("stb_empty", 1000, 75_000)}},
+		// 4,000 runs in 1,000 requests, 1,000,000 ns: 4 runs and 1,000 ns per
+		// request, floor 4 × 75 = 300 ns, 700 above it; its slowest program
+		// is 500 ns per run, 425 above the floor, beyond issue 12's 40
+		{Tool: "latency", Wrk: httpload.Result{Requests: 1000}, Programs: []bpfobj.Cost{
+			program("a", 2000, 200_000), program("b", 1000, 500_000), program("c", 1000, 300_000)}},
+	}}
+	out := renderMarkdown(res)
+	if row := "| latency | 1000 | 4.00 | 1000 | 300 | 700 |"; !strings.Contains(out, row) {
+		t.Errorf("report lacks the per-request row %q:\n%s", row, out)
+	}
+	if row := "| latency: every program ≤ floor + 40 ns per run (issue 12) | slowest b: 500 ns, floor + 425 | **missed** |"; !strings.Contains(out, row) {
+		t.Errorf("report lacks the per-program target %q:\n%s", row, out)
+	}
+}
+
+func TestReportShowsIntervalsAndVerdicts(t *testing.T) {
+	// The rounds of TestOverheadVerdicts: stream missed on req/s by the
+	// band rule, met on p99.
+	o := overheadResult{Path: "loopback", Conns: 100, Stopped: stoppedSettled,
+		Rounds: roundsOf([]string{"none", "stream", "none", "stream", "none", "stream", "none"},
+			[]float64{100, 70, 104, 80, 96, 88, 100})}
+	o.summarise()
+	out := renderMarkdown(&results{Config: config{Duration: 5 * time.Second, Rounds: 3, MaxRounds: 10, Precision: 0.015},
+		Overhead: []overheadResult{o}})
+	for _, want := range []string{
+		"| loopback | 100 | stream | 3 | 0.795 ± 0.263 (0.686–0.898) | 1.000 ± 0.000 (1.000–1.000) |",
+		"| stream loopback, 100 conns: req/s ratio ≥ 0.97 (issue 16) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
+		"| stream loopback, 100 conns: p99 ratio ≤ 1.10 (issue 16) | 1.000 ± 0.000 | met (interval within the target) |",
+		"loopback, 100 connections: 7 rounds; stopped: " + stoppedSettled,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
