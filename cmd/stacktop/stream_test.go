@@ -56,7 +56,7 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"stream", "--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"stream", "--pid", "-3"}, `invalid --pid "-3"`},
 		{[]string{"stream", "--pid", "999999999"}, `invalid --pid "999999999": must be a process id from 1 to 4194304`},
-		{[]string{"stream", "--netns", "/etc/passwd"}, `invalid --netns "/etc/passwd": not a namespace`},
+		{[]string{"stream", "--netns", otherLog}, `invalid --netns "` + otherLog + `": not a namespace`}, // any regular file, as /etc/passwd
 		{[]string{"stream", "--netns", "/proc/self/ns/mnt"}, `invalid --netns "/proc/self/ns/mnt": a namespace, but not a network namespace`},
 		{[]string{"stream", "--netns", "12345"}, `invalid --netns "12345": no network namespace with this inode is alive`},
 		{[]string{"stream", "-n", "-2"}, `invalid --netns "-2"`},

@@ -49,8 +49,12 @@ func TestParseNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(stale)
+	plain := filepath.Join(t.TempDir(), "passwd") // a regular file, as /etc/passwd (absent in matrix guests)
+	if err := os.WriteFile(plain, []byte("root:x:0:0::/root:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for v, want := range map[string]string{
-		"/etc/passwd":       "not a namespace",
+		plain:               "not a namespace",
 		"/proc/self/ns/mnt": "a namespace, but not a network namespace",
 		"12345":             "no network namespace with this inode is alive",
 		"-2":                "must be 0 (our own), -1 (all)",
@@ -120,7 +124,7 @@ func TestSpecsNameTheFlagAndValue(t *testing.T) {
 		{[]string{"-p", ""}, `invalid --pid: names nothing`},
 		{[]string{"-c", "/stc-none"}, `invalid --cgroup "/stc-none"`},
 		{[]string{"-i", "stc-none0"}, `invalid --interface "stc-none0"`},
-		{[]string{"-n", "/etc/passwd"}, `invalid --netns "/etc/passwd": not a namespace`},
+		{[]string{"-n", "/proc/self/status"}, `invalid --netns "/proc/self/status": not a namespace`},
 		{[]string{"-n", ""}, `invalid --netns: must be 0 (our own)`},
 	} {
 		var s Specs
