@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test fuzz deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix bench deb image
 
 # The version and commit come from git (`stacktop --version` prints them);
 # -s -w strips the symbol table and DWARF (about a third of the size).
@@ -13,6 +13,17 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
+
+# The Debian package (binary, systemd unit, man pages, completions) in bin/;
+# go test ./deploy builds and lintian-checks it too.
+deb:
+	scripts/deb.sh bin
+
+# The container image (deploy/container/Containerfile): the static binary
+# alone, built offline with buildah.
+IMAGE ?= localhost/stacktop
+image: build
+	buildah build -f deploy/container/Containerfile -t $(IMAGE) $(dir $(BIN))
 
 generate:
 	scripts/bpf-generate.sh

@@ -5,7 +5,7 @@ set -eu
 need=""
 for pair in clang:clang llvm-strip:llvm bpftool:bpftool ip:iproute2 tmux:tmux \
 	nginx:nginx wrk:wrk prometheus:prometheus qemu-system-x86_64:qemu-system-x86 \
-	busybox:busybox-static xz:xz-utils zstd:zstd; do
+	busybox:busybox-static xz:xz-utils zstd:zstd lintian:lintian buildah:buildah; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || need="$need ${pair#*:}"
 done
 [ -f /usr/include/bpf/bpf_helpers.h ] || need="$need libbpf-dev"

@@ -81,7 +81,7 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	}
 	fs := cmd.Flags()
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
-	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use, its programs and on what event each runs, and why other backends were refused")
 	f.probes.register(fs)
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	return cmd
@@ -229,17 +229,22 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
+	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tPROGRAMS (ONE RUN PER)\tDESCRIPTION")
 	var notes []string
 	for i, h := range latency.Hooks {
 		enabled := "yes"
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
-		backend := "unknown"
+		backend, progs := "unknown", "-"
 		if choices != nil {
 			c := choices[i]
 			backend = cmp.Or(string(c.Backend), "none")
+			var names []string
+			for _, p := range latency.Programs(h, c.Backend) {
+				names = append(names, fmt.Sprintf("%s (%s)", p.Name, p.RunsPer))
+			}
+			progs = cmp.Or(strings.Join(names, ", "), "-")
 			for _, r := range c.Refused {
 				notes = append(notes, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
 			}
@@ -247,7 +252,7 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 				notes = append(notes, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h, enabled, backend, progs, h.Description())
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -70,29 +70,41 @@ and exports both to Prometheus (stacktop serve).`,
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
 	root.AddCommand(newTopCmd(), newStreamCmd())
-	root.AddCommand(newServeCmd())
+	root.AddCommand(newServeCmd(), newManCmd())
 	makeTop(root)
 	return root
 }
 
 // setupRoot gives the command that runs as the program (stacktop, or the
 // command an alias names) what every invocation shares: --version,
-// --log-level, and errors reported by run rather than by cobra.
+// --log.level, --log.format, and errors reported by run rather than by cobra.
 func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.Version = version
-	root.SetVersionTemplate(versionLine + "\n")
+	root.SetVersionTemplate(versionText())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().String("log-level", "warn", "log level: debug, info, warn, error")
+	logLevel := root.PersistentFlags().String("log.level", "warn", "log level: debug, info, warn, error")
+	// The spelling before the Prometheus exporter convention.
+	root.PersistentFlags().StringVar(logLevel, "log-level", "warn", "log level (alias of --log.level)")
+	root.PersistentFlags().MarkHidden("log-level")
+	root.PersistentFlags().String("log.format", "logfmt", "log format: logfmt, json")
 }
 
 func setupLogging(cmd *cobra.Command, stderr io.Writer) error {
-	s, _ := cmd.Flags().GetString("log-level")
+	s, _ := cmd.Flags().GetString("log.level")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return clierr.Usage("log-level", s, "must be one of debug, info, warn, error")
+		return clierr.Usage("log.level", s, "must be one of debug, info, warn, error")
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	opts := &slog.HandlerOptions{Level: level}
+	switch f, _ := cmd.Flags().GetString("log.format"); f {
+	case "logfmt":
+		slog.SetDefault(slog.New(slog.NewTextHandler(stderr, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(stderr, opts)))
+	default:
+		return clierr.Usage("log.format", f, "must be logfmt or json")
+	}
 	return nil
 }

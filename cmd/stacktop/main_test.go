@@ -24,7 +24,9 @@ func TestUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		{[]string{"stacktop", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"stacktop", "doctor", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{[]string{"stacktop", "doctor", "--format", "yaml"}, `invalid --format "yaml"`},
-		{[]string{"stacktop", "--log-level", "loud", "version"}, `invalid --log-level "loud"`},
+		{[]string{"stacktop", "--log-level", "loud", "version"}, `invalid --log.level "loud"`},
+		{[]string{"stacktop", "--log.level", "loud", "version"}, `invalid --log.level "loud"`},
+		{[]string{"stacktop", "--log.format", "xml", "version"}, `invalid --log.format "xml": must be logfmt or json`},
 		{[]string{"stacktop", "version", "extra"}, `unknown command "extra"`},
 	}
 	for _, c := range cases {
@@ -39,6 +41,16 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runArgs("stacktop", "version")
 	if code != 0 || !strings.HasPrefix(out, "stacktop ") || !strings.Contains(out, "kernel ") {
 		t.Fatalf("exit %d, output %q", code, out)
+	}
+}
+
+// --version, as every Prometheus exporter has it, on the root and on serve.
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"stacktop", "--version"}, {"stacktop", "serve", "--version"}} {
+		code, out, _ := runArgs(args...)
+		if code != 0 || out != versionText() || !strings.HasPrefix(out, "stacktop "+version+"\ncommit ") {
+			t.Errorf("%v: exit %d, output %q", args, code, out)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/runopts"
@@ -29,6 +30,7 @@ type connFlags struct {
 	udpIdle time.Duration
 	backend string
 	maxConn int
+	pods    kube.Options
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -38,6 +40,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
 	fs.StringVar(&f.backend, "backend", string(features.Auto), "hook backend: auto, fentry, tracepoint")
 	registerMaxConnections(fs, &f.maxConn)
+	f.pods.Register(fs)
 }
 
 // registerMaxConnections adds --max-connections, shared by top, stream and serve.
@@ -81,7 +84,11 @@ func (f *connFlags) config() (conntrack.Config, error) {
 			return conntrack.Config{}, err
 		}
 	}
-	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn}, nil
+	pods, err := f.pods.Resolver()
+	if err != nil {
+		return conntrack.Config{}, err
+	}
+	return conntrack.Config{Backend: backend, UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods}, nil
 }
 
 func newStreamCmd() *cobra.Command {

@@ -33,8 +33,12 @@ func buildCommit() string {
 	return "unknown"
 }
 
-// versionLine is what --version prints: the version and the commit.
-var versionLine = fmt.Sprintf("stacktop %s (commit %s)", version, buildCommit())
+// versionText is what --version prints, as every Prometheus exporter has
+// it: version, commit, Go version and platform.
+func versionText() string {
+	return fmt.Sprintf("stacktop %s\ncommit %s\n%s %s/%s\n",
+		version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
@@ -42,9 +46,7 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print version, commit, Go and kernel version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "stacktop %s\ncommit %s\n%s %s/%s\nkernel %s\n",
-				version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-				features.Detect().Kernel)
+			fmt.Fprintf(cmd.OutOrStdout(), "%skernel %s\n", versionText(), features.Detect().Kernel)
 			return nil
 		},
 	}

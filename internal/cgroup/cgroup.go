@@ -61,7 +61,6 @@ type Resolver struct {
 	mu    sync.Mutex
 	root  string
 	paths map[uint64]string
-	gone  map[uint64]bool // ids looked up and not found
 }
 
 // NewResolver returns a Resolver for the mounted v2 hierarchy.
@@ -70,7 +69,7 @@ func NewResolver() (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Resolver{root: root, paths: map[uint64]string{}, gone: map[uint64]bool{}}, nil
+	return &Resolver{root: root, paths: map[uint64]string{}}, nil
 }
 
 // Path returns the path of id relative to the v2 root, e.g. "/" or
@@ -83,22 +82,24 @@ func (r *Resolver) Path(id uint64) string {
 	return fmt.Sprintf("cgroup:%d", id)
 }
 
-// Lookup returns the path of id relative to the v2 root, rescanning the
-// hierarchy when id is not known yet; ok is false when no cgroup has this
-// id. An id found missing is not rescanned for again.
-func (r *Resolver) Lookup(id uint64) (path string, ok bool) {
+// Lookup returns the path of id relative to the v2 root, and false if no
+// cgroup has that id (any more).
+func (r *Resolver) Lookup(id uint64) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p, ok := r.paths[id]; ok || r.gone[id] {
-		return p, ok
+	if p, ok := r.paths[id]; ok {
+		return p, p != ""
 	}
 	r.rescan()
 	p, ok := r.paths[id]
 	if !ok {
-		r.gone[id] = true
+		r.paths[id] = "" // do not rescan for every lookup of a vanished cgroup
 	}
 	return p, ok
 }
+
+// Root returns the mount point of the v2 hierarchy the paths are relative to.
+func (r *Resolver) Root() string { return r.root }
 
 func (r *Resolver) rescan() {
 	_ = filepath.WalkDir(r.root, func(p string, d fs.DirEntry, err error) error {

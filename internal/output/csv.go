@@ -19,7 +19,7 @@ const csvTime = "2006-01-02T15:04:05.000Z07:00"
 // Header is the CSV header row of --format csv and --log. lost and map_full
 // are the cumulative loss counters at that refresh, repeated on each row.
 var Header = []string{"ts", "event", "proto", "family", "local_addr", "local_port", "remote_addr",
-	"remote_port", "pid", "comm", "cgroup", "netns", "state", "bytes_in", "bytes_out", "packets_in",
+	"remote_port", "pid", "comm", "cgroup", "namespace", "pod", "container", "netns", "state", "bytes_in", "bytes_out", "packets_in",
 	"packets_out", "rate_in", "rate_out", "rtt_us", "retrans", "partial", "lost", "map_full"}
 
 // CSV writes one row per connection per refresh.
@@ -45,7 +45,7 @@ func (c *CSV) Write(s conn.Snapshot) error {
 	for _, r := range s.Records {
 		row := []string{ts, string(r.Event), r.Proto, strconv.Itoa(r.Family),
 			r.LocalAddr.String(), u(uint64(r.LocalPort)), r.RemoteAddr.String(), u(uint64(r.RemotePort)),
-			u(uint64(r.PID)), r.Comm, r.Cgroup, u(uint64(r.Netns)), r.State,
+			u(uint64(r.PID)), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container, u(uint64(r.Netns)), r.State,
 			u(r.BytesIn), u(r.BytesOut), u(r.PacketsIn), u(r.PacketsOut),
 			strconv.FormatFloat(r.RateIn, 'f', 1, 64), strconv.FormatFloat(r.RateOut, 'f', 1, 64),
 			u(uint64(r.RTTus)), u(uint64(r.Retrans)), strconv.FormatBool(r.Partial),

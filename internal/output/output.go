@@ -66,6 +66,9 @@ func TextLine(r *conn.Record) string {
 		hostPort(r.RemoteAddr.String(), r.RemotePort), r.State, owner,
 		Bytes(r.BytesIn), Rate(r.RateIn), Bytes(r.BytesOut), Rate(r.RateOut),
 		r.PacketsIn, r.PacketsOut, rtt(r.RTTus), r.Retrans, orDash(termsafe.String(r.Cgroup)))
+	if r.Pod != "" {
+		line += fmt.Sprintf(" pod %s/%s/%s", termsafe.String(r.Namespace), termsafe.String(r.Pod), orDash(termsafe.String(r.Container)))
+	}
 	switch r.Event {
 	case conn.New:
 		line += " [NEW]"

@@ -30,6 +30,7 @@ const (
 	ColPacketsOut ColumnID = "packets-out"
 	ColRetrans    ColumnID = "retrans"
 	ColCgroup     ColumnID = "cgroup"
+	ColPod        ColumnID = "pod"
 	ColConns      ColumnID = "conns"
 )
 
@@ -89,6 +90,15 @@ func formattedColumn[T uint32 | uint64 | float64](id ColumnID, title, key string
 
 func with(c *column, f func(*column)) *column { f(c); return c }
 
+// podText is "namespace/pod/container" ("-" for an unknown container), or
+// "-" outside pods.
+func podText(r *Row) string {
+	if r.Pod == "" {
+		return "-"
+	}
+	return termsafe.String(r.Namespace + "/" + r.Pod + "/" + orDash(r.Container))
+}
+
 var columns = func() map[ColumnID]*column {
 	bytes := func(v uint64) string { return humanBytes(float64(v)) }
 	local := func(r *Row) (netip.Addr, uint16) { return r.LocalAddr, r.LocalPort }
@@ -121,6 +131,7 @@ var columns = func() map[ColumnID]*column {
 			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
 			c.text = func(r *Row) string { return orDash(termsafe.String(r.Cgroup)) }
 		}),
+		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
 	}
 	byID := make(map[ColumnID]*column, len(all))
@@ -191,8 +202,8 @@ var (
 	connView = &view{
 		name:     "connections",
 		columns:  []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT},
-		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColCgroup},
-		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColCgroup, ColProto},
+		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColPod, ColCgroup},
+		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColPod, ColCgroup, ColProto},
 		tieBreak: func(a, b *Row) int {
 			return cmp.Or(cmp.Compare(a.Proto, b.Proto),
 				columns[ColLocal].compare(a, b), columns[ColRemote].compare(a, b),
@@ -202,8 +213,8 @@ var (
 	processView = &view{
 		name:     "processes",
 		columns:  []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut},
-		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColRTT, ColCgroup},
-		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColCgroup},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColRTT, ColPod, ColCgroup},
+		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColPod, ColCgroup},
 		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
 	}
 )
