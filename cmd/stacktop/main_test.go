@@ -72,7 +72,7 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 func TestVersionFlagAndAliasUsage(t *testing.T) {
 	for _, prog := range []string{"stacktop", "tcptop", "netstacklat"} {
 		code, out, stderr := runArgs(prog, "--version")
-		if want := "stacktop " + version + " (commit "; code != 0 || !strings.HasPrefix(out, want) {
+		if want := "stacktop " + version + "\ncommit "; code != 0 || !strings.HasPrefix(out, want) {
 			t.Errorf("%s --version: exit %d, %q %q; want %q", prog, code, out, stderr, want)
 		}
 	}
