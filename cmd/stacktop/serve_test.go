@@ -47,7 +47,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--collector.latency=maybe"}, `invalid argument "maybe" for "--collector.latency"`},
 		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
-		{[]string{"--kubernetes-logs", "/nonexistent"}, `invalid --kubernetes-logs "/nonexistent": must be a directory`},
+		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing
 		{[]string{"--web.max-connections", "0"}, `invalid --web.max-connections "0": must be between 1 and 65536`},
 	}
 	for _, c := range cases {
