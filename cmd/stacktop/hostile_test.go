@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -30,18 +28,7 @@ func TestStreamEscapesHostileProcessNames(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		c, err := net.Dial("tcp", tr.addr())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close()
-		if _, err := c.Write(make([]byte, 4000)); err != nil {
-			t.Error(err)
-		}
-		if _, err := io.ReadFull(c, make([]byte, 4000)); err != nil {
-			t.Error(err)
-		}
+		tr.exchange(t)
 	}
 	out := streamRunWith(t, exchange, "stream", "--count", "4", "--interval", "400ms", "--port", strconv.Itoa(tr.port))
 	if strings.ContainsAny(out, "\x1b\r") || strings.Contains(out, "\nX") {
