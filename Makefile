@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix bench
 
 # The version and commit come from git (`stacktop --version` prints them);
 # -s -w strips the symbol table and DWARF (about a third of the size).
@@ -32,7 +32,15 @@ lint:
 # Then the same suites run inside every kernel of the matrix.
 test: deps lint check-generated
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
+	$(MAKE) fuzz
 	$(MAKE) matrix
+
+# Every fuzz target of user input (flags, selectors, durations, probe names,
+# the --log file check, the web config) for FUZZTIME each, beyond the seed
+# corpora that `go test` runs.
+FUZZTIME ?= 3s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 # The kernel matrix (docs/MATRIX.md): every integration suite, with every
 # backend, inside Debian's 5.10, 6.1, 6.12 and sid kernels booted under qemu

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
@@ -29,6 +27,7 @@ import (
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/promweb"
 	"github.com/stacktop/stacktop/internal/runopts"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // serveOptions are the flags of stacktop serve: the --web.* flags, the
@@ -43,20 +42,15 @@ type serveOptions struct {
 	maxSeries                    int
 	printVersion                 bool
 	pods                         kube.Options
-	conns                        connfilter.Options // only --process, --port, --tcp and --udp are serve's
+	conns                        connfilter.Options // only --process, --port, --tcp and --udp: the probes' -p, -c, -i, -n select connections too
 	udpIdle                      time.Duration
 	interval                     runopts.Seconds
 	duration                     time.Duration
 	perConn                      int
 	maxConn                      int
 	bpfStats                     bool
-	flags                        *pflag.FlagSet // tells an explicit -n 0 from its default
+	flags                        *pflag.FlagSet // tells an explicit --web.listen-address from its default
 }
-
-// sharedConnFilters are stream's filters that serve does not take from
-// connfilter: the probe flags of the same names (-p, -c, -i, -n) filter the
-// connections too.
-var sharedConnFilters = []string{"pid", "cgroup", "interface", "netns"}
 
 func newServeCmd() *cobra.Command {
 	var o serveOptions
@@ -99,13 +93,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	o.flags = fs
 	o.web.Register(fs)
 	o.probes.register(fs)
-	own := pflag.NewFlagSet("connections", pflag.ContinueOnError)
-	o.conns.Register(own)
-	own.VisitAll(func(f *pflag.Flag) {
-		if !slices.Contains(sharedConnFilters, f.Name) {
-			fs.AddFlag(f) // shared *Flag: connfilter sees what the command line set
-		}
-	})
+	o.conns.RegisterMatchers(fs)
 	o.interval = runopts.Seconds(5 * time.Second)
 	fs.DurationVar(&o.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "count a UDP flow closed after this long without datagrams")
 	fs.Var(&o.interval, "interval", "connection snapshot interval (seconds or a duration such as 500ms)")
@@ -156,7 +144,7 @@ func (n negated) Set(s string) error {
 type serveConfig struct {
 	latency latency.Config
 	conns   conntrack.Config
-	sel     *connSelector
+	sel     *connfilter.Filter
 }
 
 // config validates every flag (exit 2 naming the flag and value).
@@ -190,14 +178,20 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if !o.collectLatency && !o.collectConns {
 		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
 	}
+	var latencySel selector.Selection
 	var err error
-	if c.latency, err = o.probes.config(); err != nil {
+	if c.latency, latencySel, err = o.probes.config(); err != nil {
 		return c, err
 	}
 	if c.latency.Hooks, err = o.latencyHooks(c.latency.Hooks); err != nil {
 		return c, err
 	}
-	if c.sel, err = o.connSelector(c.latency); err != nil {
+	// The probes' selection selects the connections too, except that
+	// without -n connections of every namespace are exported.
+	if !o.probes.sel.NetnsChanged() {
+		latencySel.Netns = selector.Netns{All: true}
+	}
+	if c.sel, err = o.conns.CompileWith(latencySel); err != nil {
 		return c, err
 	}
 	pods, err := o.pods.Resolver()
@@ -247,94 +241,15 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 	return set, nil
 }
 
-// connSelector selects the connections serve exports: stream's own filters,
-// and for each probe filter given, a match on one of its values.
-type connSelector struct {
-	base  *connfilter.Filter
-	anyOf [][]*connfilter.Filter
-}
-
-func (s *connSelector) match(r *conn.Record) bool {
-	if !s.base.Match(r) {
-		return false
-	}
-	for _, alternatives := range s.anyOf {
-		if !slices.ContainsFunc(alternatives, func(f *connfilter.Filter) bool { return f.Match(r) }) {
-			return false
-		}
-	}
-	return true
-}
-
-// connSelector translates the probe filters, already validated into cfg,
-// into connection filters.
-func (o *serveOptions) connSelector(cfg latency.Config) (*connSelector, error) {
-	base, err := o.conns.Compile()
-	if err != nil {
-		return nil, err
-	}
-	s := &connSelector{base: base}
-	anyOf := func(opts []connfilter.Options) error {
-		if len(opts) == 0 {
-			return nil
-		}
-		var fs []*connfilter.Filter
-		for _, opt := range opts {
-			f, err := opt.Compile()
-			if err != nil {
-				return err
-			}
-			fs = append(fs, f)
-		}
-		s.anyOf = append(s.anyOf, fs)
-		return nil
-	}
-	var pids, cgroups, ifaces, netns []connfilter.Options
-	for _, pid := range cfg.PIDs {
-		pids = append(pids, connfilter.Options{PID: int(pid)})
-	}
-	if len(cfg.Cgroups) > 0 {
-		r, err := cgroup.NewResolver()
-		if err != nil {
-			return nil, fmt.Errorf("cgroup names: %w", err)
-		}
-		for _, id := range cfg.Cgroups {
-			cgroups = append(cgroups, connfilter.Options{Cgroup: r.Path(id)})
-		}
-	}
-	for _, idx := range cfg.Ifindexes {
-		ifc, err := net.InterfaceByIndex(int(idx))
-		if err != nil {
-			return nil, clierr.Usage("interface", strconv.Itoa(int(idx)), "%v", err)
-		}
-		ifaces = append(ifaces, connfilter.Options{Interface: ifc.Name})
-	}
-	if o.flags.Changed("netns") {
-		switch cfg.Netns {
-		case latency.AllNetns:
-		case latency.OwnNetns:
-			netns = append(netns, connfilter.Options{Netns: "/proc/self/ns/net"})
-		default:
-			netns = append(netns, connfilter.Options{Netns: strconv.FormatInt(cfg.Netns, 10)})
-		}
-	}
-	for _, opts := range [][]connfilter.Options{pids, cgroups, ifaces, netns} {
-		if err := anyOf(opts); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
 // selectedConns is the tracker's snapshots restricted to the selection.
 type selectedConns struct {
 	tracker *conntrack.Tracker
-	sel     *connSelector
+	sel     *connfilter.Filter
 }
 
 func (s selectedConns) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	snap, err := s.tracker.SnapshotInto(records)
-	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.match(&r) })
+	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.Match(&r) })
 	return snap, err
 }
 
@@ -343,7 +258,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil {
+	if err := privilege.Check(append(latencyNeeds(c.latency), connNeeds)...); err != nil {
 		return err
 	}
 	// Listen first: a port in use fails before any BPF program is loaded.

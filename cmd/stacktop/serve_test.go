@@ -30,7 +30,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--web.config.file", brokenConfig}, `invalid --web.config.file "` + brokenConfig + `"`},
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
 		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
-		{[]string{"--interval", "0"}, `invalid --interval "0s": must be positive`},
+		{[]string{"--interval", "0"}, `invalid argument "0" for "--interval" flag: must be from 0.01 to 86400 seconds`},
 		{[]string{"--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
 		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
 		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
@@ -47,7 +47,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--collector.latency=maybe"}, `invalid argument "maybe" for "--collector.latency"`},
 		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
-		{[]string{"--kubernetes-logs", "/nonexistent"}, `invalid --kubernetes-logs "/nonexistent": must be a directory`},
+		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing
 		{[]string{"--web.max-connections", "0"}, `invalid --web.max-connections "0": must be between 1 and 65536`},
 	}
 	for _, c := range cases {
@@ -116,7 +116,7 @@ func TestServeConnectionSelection(t *testing.T) {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
 		for r, want := range tc.want {
-			if got := c.sel.match(r); got != want {
+			if got := c.sel.Match(r); got != want {
 				t.Errorf("%v: pid %d comm %s %s %s netns %d: selected %v, want %v",
 					tc.args, r.PID, r.Comm, r.Proto, r.LocalAddr, r.Netns, got, want)
 			}

@@ -57,6 +57,9 @@ func checkMaxConnections(n int) error {
 	return nil
 }
 
+// connNeeds is what connection tracking needs beyond loading its programs.
+var connNeeds = privilege.Need{Cap: privilege.NetAdmin, Why: "to attach the cgroup_skb programs that count bytes and packets"}
+
 // config validates every flag (exit 2 naming the flag and value).
 func (f *connFlags) config() (conntrack.Config, error) {
 	if err := f.run.Validate(); err != nil {
@@ -131,7 +134,7 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil { // cgroup_skb attachment needs CAP_NET_ADMIN
+	if err := privilege.Check(connNeeds); err != nil {
 		return err
 	}
 	var logs []output.Writer

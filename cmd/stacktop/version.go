@@ -10,11 +10,19 @@ import (
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// version is set at link time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and commit are set at link time by `make build` (-ldflags
+// "-X main.version=v1.2.3 -X main.commit=…"), from git describe and rev-parse.
+var (
+	version = "dev"
+	commit  = ""
+)
 
-// buildCommit returns the VCS revision the binary was built from.
+// buildCommit returns the VCS revision the binary was built from: the one
+// linked in, else the one Go stamped (when built with -buildvcs).
 func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
 			if s.Key == "vcs.revision" {

@@ -1,17 +1,11 @@
 package output
 
 import (
-	"bufio"
 	"encoding/csv"
-	"errors"
 	"io"
-	"io/fs"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
@@ -62,61 +56,4 @@ func (c *CSV) Write(s conn.Snapshot) error {
 	}
 	c.w.Flush()
 	return c.w.Error()
-}
-
-// Log is a CSV file that --log appends to.
-type Log struct {
-	*CSV
-	f *os.File
-}
-
-// CheckLog validates a --log path without creating anything: the file must
-// be absent, empty, or start with our header. Errors are usage errors.
-func CheckLog(path string) error {
-	_, err := logHasHeader(path)
-	return err
-}
-
-// OpenLog opens path for appending, writing the header only into a new or
-// empty file. A file with another first line is refused (exit 2): the log
-// never destroys or mixes data.
-func OpenLog(path string) (*Log, error) {
-	hasHeader, err := logHasHeader(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, clierr.Usage("log", path, "cannot open for appending: %v", err)
-	}
-	return &Log{CSV: NewCSV(f, !hasHeader), f: f}, nil
-}
-
-// Close closes the file.
-func (l *Log) Close() error { return l.f.Close() }
-
-// logHasHeader reports whether path already starts with Header.
-func logHasHeader(path string) (bool, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, clierr.Usage("log", path, "cannot read: %v", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		return false, clierr.Usage("log", path, "not a regular file")
-	}
-	first, err := bufio.NewReader(f).ReadString('\n')
-	if err == io.EOF && first == "" {
-		return false, nil
-	}
-	if err != nil && err != io.EOF {
-		return false, clierr.Usage("log", path, "cannot read: %v", err)
-	}
-	if want := strings.Join(Header, ","); strings.TrimRight(first, "\r\n") != want {
-		return false, clierr.Usage("log", path, "exists and does not start with the stacktop CSV header; refusing to append")
-	}
-	return true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // ColumnID is a column's stable name, the one --sort accepts.
@@ -95,7 +96,7 @@ func podText(r *Row) string {
 	if r.Pod == "" {
 		return "-"
 	}
-	return r.Namespace + "/" + r.Pod + "/" + orDash(r.Container)
+	return termsafe.String(r.Namespace + "/" + r.Pod + "/" + orDash(r.Container))
 }
 
 var columns = func() map[ColumnID]*column {
@@ -115,7 +116,7 @@ var columns = func() map[ColumnID]*column {
 		}),
 		with(textColumn(ColProcess, "Process", "n", func(r *Row) string { return r.Comm }), func(c *column) {
 			c.minWidth, c.maxWidth = 7, 16
-			c.text = func(r *Row) string { return orDash(r.Comm) }
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.Comm)) }
 		}),
 		textColumn(ColState, "State", "s", func(r *Row) string { return r.State }),
 		formattedColumn(ColRateIn, "Rate In", "r", rateWidth, func(r *Row) float64 { return r.RateIn }, humanRate),
@@ -128,7 +129,7 @@ var columns = func() map[ColumnID]*column {
 		counterColumn(ColRetrans, "Retrans", "", func(r *Row) uint32 { return r.Retrans }),
 		with(textColumn(ColCgroup, "Cgroup", "", func(r *Row) string { return r.Cgroup }), func(c *column) {
 			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
-			c.text = func(r *Row) string { return orDash(r.Cgroup) }
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.Cgroup)) }
 		}),
 		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
