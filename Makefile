@@ -4,10 +4,15 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix bench
+
+# The version and commit come from git (`stacktop --version` prints them);
+# -s -w strips the symbol table and DWARF (about a third of the size).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/stacktop
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
 
 generate:
 	scripts/bpf-generate.sh
@@ -27,7 +32,15 @@ lint:
 # Then the same suites run inside every kernel of the matrix.
 test: deps lint check-generated
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
+	$(MAKE) fuzz
 	$(MAKE) matrix
+
+# Every fuzz target of user input (flags, selectors, durations, probe names,
+# the --log file check, the web config) for FUZZTIME each, beyond the seed
+# corpora that `go test` runs.
+FUZZTIME ?= 3s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 # The kernel matrix (docs/MATRIX.md): every integration suite, with every
 # backend, inside Debian's 5.10, 6.1, 6.12 and sid kernels booted under qemu
@@ -44,3 +57,25 @@ matrix:
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)
+
+# Packaging (docs/PACKAGING.md): a .deb, a FROM scratch image and a Helm
+# chart, all from the binary `make build` made, reproducible for one commit
+# (SOURCE_DATE_EPOCH defaults to the last commit's time). CI builds and checks
+# all three in deploy/packaging_test.go.
+.PHONY: deb image chart packages
+DIST ?= build
+IMAGE ?= localhost/stacktop:$(VERSION)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+
+deb: build
+	VERSION=$(VERSION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) scripts/deb.sh $(BIN) $(DIST)
+
+image: build
+	buildah bud --timestamp $(SOURCE_DATE_EPOCH) --build-arg VERSION=$(VERSION) \
+		-f deploy/container/Containerfile -t $(IMAGE) $(dir $(BIN))
+
+chart:
+	$(GO) tool helm lint --strict deploy/helm/stacktop
+	$(GO) tool helm package --app-version $(VERSION) -d $(DIST) deploy/helm/stacktop
+
+packages: deb image chart

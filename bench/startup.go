@@ -97,7 +97,9 @@ func firstReport(ctx context.Context, env tool.Env, name string) (time.Duration,
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	reported := make(chan error, 1)
 	if name == "serve" {
-		go func() { reported <- pollMetrics(ctx, "http://"+env.ServeAddr.String()+"/metrics") }()
+		// serve listens before it loads its programs: /-/ready says when
+		// they are attached.
+		go func() { reported <- pollReady(ctx, "http://"+env.ServeAddr.String()+"/-/ready") }()
 	} else {
 		go func() {
 			_, err := stdout.Read(make([]byte, 1))
@@ -146,7 +148,7 @@ func trickleUDP(ctx context.Context, interval time.Duration) (stop func(), err e
 	return func() { stopSending(); tx.Close(); rx.Close() }, nil
 }
 
-func pollMetrics(ctx context.Context, url string) error {
+func pollReady(ctx context.Context, url string) error {
 	client := &http.Client{Timeout: time.Second}
 	for ctx.Err() == nil {
 		resp, err := client.Get(url)

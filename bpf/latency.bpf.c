@@ -29,7 +29,7 @@ enum hook {
 
 /* Why a packet seen at a hook was or was not recorded (debug counters). */
 enum reason {
-	REASON_RECORDED,
+	REASON_RECORDED,       /* never incremented: user space sums the histograms */
 	REASON_NO_STAMP,       /* skb->tstamp == 0: timestamping was off when it arrived */
 	REASON_FUTURE_STAMP,   /* stamp after now: clock stepped, or not an RX stamp */
 	REASON_DELIVERY_TIME,  /* monotonic/TAI delivery time (locally generated TCP, EDT) */
@@ -214,17 +214,18 @@ struct {
 /*
  * tcp-socket-enqueued: the receive-queue tail each socket last recorded, so
  * a sk_data_ready without new data (urgent data, SO_RCVLOWAT) is not counted
- * twice. A direct-mapped cache indexed by the socket's address rather than
+ * twice. A direct-mapped cache indexed by the socket's hash rather than
  * sk_storage: under load each socket's entry is a cold cache line, and
  * sk_storage touches three (the sock's storage pointer, the storage, the
  * element), which made up most of tp_sk_data_ready's run time. Two sockets
  * sharing a slot only weaken the dedup: a wakeup without new data right
- * after the other socket's enqueue is recorded again.
+ * after the other socket's enqueue is recorded again. An entry is the skb
+ * and its stamp, which only one socket's queue holds; 16 bytes, so no entry
+ * straddles two cache lines (with the socket too, 24 bytes, a quarter did).
  */
 #define ENQUEUED_SLOTS_LOG2 12
 
 struct enqueued_tail {
-	__u64 sk;
 	__u64 skb;
 	__s64 tstamp;
 };
@@ -294,21 +295,35 @@ static __always_inline __s64 realtime_now(void)
 	return bpf_ktime_get_ns() + offset;
 }
 
-/* hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT. */
+/*
+ * One step of a branchless log2: k if v >> k is non-zero (v < 2^(2k), so
+ * (v >> k) + 2^k - 1 carries into bit k exactly then), else 0.
+ */
+#define LOG2_STEP(v, k) ((((v) >> (k)) + ((1ULL << (k)) - 1)) >> (k) << LOG2_##k)
+#define LOG2_32 5
+#define LOG2_16 4
+#define LOG2_8 3
+#define LOG2_4 2
+#define LOG2_2 1
+
+/*
+ * hist.Slot: 0 for 0..1 ns, i for (2^(i-1), 2^i], clamped to MAX_SLOT.
+ * Without a branch per bit: latencies vary, so those mispredicted, and each
+ * multiplied the states the verifier walks in every inlined copy.
+ */
 static __always_inline __u32 slot_of(__u64 v)
 {
-	__u32 r = 0;
+	__u64 r = 0, s;
 
 	if (v <= 1)
 		return 0;
 	v--;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	r++;
+	s = LOG2_STEP(v, 32); v >>= s; r += s;
+	s = LOG2_STEP(v, 16); v >>= s; r += s;
+	s = LOG2_STEP(v, 8); v >>= s; r += s;
+	s = LOG2_STEP(v, 4); v >>= s; r += s;
+	s = LOG2_STEP(v, 2); v >>= s; r += s;
+	r += (v >> 1) + 1;
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
@@ -356,9 +371,10 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 	h = hist_of(hook, s, cgroup);
 	if (!h)
 		return;
+	/* No REASON_RECORDED increment: the histogram's buckets count the
+	 * samples, and user space sums them, one per-CPU line fewer. */
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
-	count(hook, REASON_RECORDED);
 }
 
 /*
@@ -368,20 +384,25 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
  * TAI, not an RX stamp: 6.11+ says so in tstamp_type, 5.18-6.10 in
  * mono_delivery_time.
  */
+static __always_inline bool delivery_time(struct sk_buff *skb)
+{
+	if (bpf_core_field_exists(skb->tstamp_type))
+		return BPF_CORE_READ_BITFIELD(skb, tstamp_type);
+	if (bpf_core_field_exists(skb->mono_delivery_time))
+		return BPF_CORE_READ_BITFIELD(skb, mono_delivery_time);
+	return false;
+}
+
+/* The interface is read only when something filters or groups by it. */
 static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
 {
 	s->skb = (__u64)skb;
 	s->tstamp = skb->tstamp;
-	s->ifindex = skb->skb_iif;
+	s->ifindex = filter_ifindex || group_by_ifindex ? skb->skb_iif : 0;
 	s->skip = 0;
-	if (bpf_core_field_exists(skb->tstamp_type)) {
-		if (BPF_CORE_READ_BITFIELD(skb, tstamp_type))
-			s->skip = REASON_DELIVERY_TIME;
-	} else if (bpf_core_field_exists(skb->mono_delivery_time)) {
-		if (BPF_CORE_READ_BITFIELD(skb, mono_delivery_time))
-			s->skip = REASON_DELIVERY_TIME;
-	}
-	if (!s->skip && s->tstamp <= 0)
+	if (delivery_time(skb))
+		s->skip = REASON_DELIVERY_TIME;
+	else if (s->tstamp <= 0)
 		s->skip = REASON_NO_STAMP;
 }
 
@@ -406,29 +427,27 @@ static __always_inline __u32 skb_netns(struct sk_buff *skb)
 	return skb->dev->nd_net.net->ns.inum;
 }
 
-/* Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued. */
-static __always_inline void record_skb(__u32 hook, struct sk_buff *skb, __u32 inum)
+/*
+ * Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued.
+ * The caller has applied the namespace filter (netfilter programs need
+ * none: their links exist only in the namespaces in scope).
+ */
+static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
 {
 	struct stamp s;
 
 	read_stamp(skb, &s);
-	if (!ifindex_allowed(s.ifindex) || !netns_allowed(inum))
-		return;
-	record(hook, &s, 0);
+	if (ifindex_allowed(s.ifindex))
+		record(hook, &s, 0);
 }
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
 
-static __always_inline __u32 nf_netns(const struct nf_hook_state *state)
-{
-	return state->net->ns.inum;
-}
-
+/* Attached only for ip-start on this backend: no hook_backends check. */
 SEC("netfilter")
 int nf_ip_start(struct bpf_nf_ctx *ctx)
 {
-	if (hook_enabled(HOOK_IP_START))
-		record_skb(HOOK_IP_START, ctx->skb, nf_netns(ctx->state));
+	record_skb(HOOK_IP_START, ctx->skb);
 	return NF_ACCEPT;
 }
 
@@ -437,18 +456,36 @@ int nf_ip_start(struct bpf_nf_ctx *ctx)
 #define IPV6_FRAGMENT 44
 #define IPV6_DSTOPTS 60
 
+struct iphdr {
+	__u8 protocol;
+} __attribute__((preserve_access_index));
+
+struct ipv6hdr {
+	__u8 nexthdr;
+} __attribute__((preserve_access_index));
+
+/*
+ * The verifier turns this kfunc into a plain move: loads through its result
+ * are fault-safe direct loads, where bpf_probe_read_kernel is a helper call
+ * (~20 ns per packet here). 6.2+; netfilter programs need 6.4 anyway.
+ */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
 /* l4_protocol returns the transport protocol of an IPv4/IPv6 packet at LOCAL_IN. */
 static __always_inline __u8 l4_protocol(struct sk_buff *skb, __u8 pf)
 {
 	unsigned char *nh = skb->head + skb->network_header;
-	__u8 proto = 0, ext[2];
+	struct ipv6hdr *ip6;
+	struct iphdr *ip;
+	__u8 proto, ext[2];
 	__u32 off;
 
 	if (pf == NFPROTO_IPV4) {
-		bpf_probe_read_kernel(&proto, 1, nh + 9);
-		return proto;
+		ip = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct iphdr));
+		return ip->protocol;
 	}
-	bpf_probe_read_kernel(&proto, 1, nh + 6);
+	ip6 = bpf_rdonly_cast(nh, bpf_core_type_id_kernel(struct ipv6hdr));
+	proto = ip6->nexthdr;
 	off = 40;
 	/* Extension headers are parsed after LOCAL_IN; skip the common ones. */
 	for (int i = 0; i < 4; i++) {
@@ -481,7 +518,7 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 		return NF_ACCEPT;
 	}
 	if (hook_enabled(hook))
-		record_skb(hook, skb, nf_netns(state));
+		record_skb(hook, skb);
 	return NF_ACCEPT;
 }
 
@@ -565,9 +602,8 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 	read_stamp(tail, &s);
 	/* sk_data_ready also fires without new data (urgent data, wakeups);
 	 * a coalesced tail carries the newest segment's stamp. */
-	if (last->sk == (__u64)sk && last->skb == s.skb && last->tstamp == s.tstamp)
+	if (last->skb == s.skb && last->tstamp == s.tstamp)
 		return;
-	last->sk = (__u64)sk;
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
 	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
@@ -650,7 +686,8 @@ int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 	struct pending_read *p;
 	__u32 zero = 0;
 
-	if (!hook_enabled(HOOK_TCP_SOCK_READ) || !sk || sk->sk_protocol != IPPROTO_TCP)
+	/* Attached only for tcp-socket-read: no hook_backends check. */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
@@ -826,8 +863,8 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 	SEC("fentry/" #func)                                                    \
 	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
 	{                                                                       \
-		if (hook_on(hook, BACKEND_FENTRY))                              \
-			record_skb(hook, skb, skb_netns(skb));                  \
+		if (hook_on(hook, BACKEND_FENTRY) && netns_allowed(skb_netns(skb))) \
+			record_skb(hook, skb);                                  \
 		return 0;                                                       \
 	}
 
@@ -841,8 +878,8 @@ FENTRY_SKB(udpv6_rcv, HOOK_UDP_START)
 SEC("fexit/tcp_queue_rcv")
 int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
 {
-	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY))
-		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb);
 	return 0;
 }
 
@@ -850,8 +887,9 @@ SEC("fexit/__udp_enqueue_schedule_skb")
 int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *skb, int ret)
 {
 	/* non-zero: dropped (receive buffer full, memory pressure) */
-	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY))
-		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk_netns(sk));
+	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) &&
+	    netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb);
 	return 0;
 }
 
@@ -879,7 +917,8 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 	} else {
 		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
 	}
-	s.ifindex = sk_rx_ifindex(sk);
+	if (filter_ifindex || group_by_ifindex)
+		s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)
 		s.skip = REASON_NO_STAMP;
 	record_tcp_read(sk, &s);

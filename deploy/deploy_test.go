@@ -362,9 +362,20 @@ func TestDaemonSet(t *testing.T) {
 								Drop []string `yaml:"drop"`
 							} `yaml:"capabilities"`
 						} `yaml:"securityContext"`
-						Liveness  *probe `yaml:"livenessProbe"`
-						Readiness *probe `yaml:"readinessProbe"`
+						Liveness     *probe `yaml:"livenessProbe"`
+						Readiness    *probe `yaml:"readinessProbe"`
+						VolumeMounts []struct {
+							Name      string `yaml:"name"`
+							MountPath string `yaml:"mountPath"`
+							ReadOnly  bool   `yaml:"readOnly"`
+						} `yaml:"volumeMounts"`
 					} `yaml:"containers"`
+					Volumes []struct {
+						Name     string `yaml:"name"`
+						HostPath struct {
+							Path string `yaml:"path"`
+						} `yaml:"hostPath"`
+					} `yaml:"volumes"`
 				} `yaml:"spec"`
 			} `yaml:"template"`
 		} `yaml:"spec"`
@@ -395,9 +406,25 @@ func TestDaemonSet(t *testing.T) {
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9877 || ds.Spec.Template.Metadata.Annotations["prometheus.io/port"] != "9877" {
 		t.Errorf("port 9877 must be declared and annotated: %+v", c.Ports)
 	}
-	for name, p := range map[string]*probe{"liveness": c.Liveness, "readiness": c.Readiness} {
-		if p == nil || p.HTTPGet.Port != c.Ports[0].Name || !strings.HasPrefix(p.HTTPGet.Path, "/") {
-			t.Errorf("%s probe must GET a path on the metrics port: %+v", name, p)
+	// The node's cgroups and the kubelet's log layout (pod names), read-only,
+	// each at the node's own path.
+	for _, path := range []string{"/sys/fs/cgroup", "/var/log/pods", "/var/log/containers"} {
+		var mounted bool
+		for _, m := range c.VolumeMounts {
+			for _, v := range pod.Volumes {
+				mounted = mounted || m.MountPath == path && m.ReadOnly && v.Name == m.Name && v.HostPath.Path == path
+			}
+		}
+		if !mounted {
+			t.Errorf("the node's %s is not mounted read-only at %s", path, path)
+		}
+	}
+	for name, want := range map[string]struct {
+		p    *probe
+		path string
+	}{"liveness": {c.Liveness, "/-/healthy"}, "readiness": {c.Readiness, "/-/ready"}} {
+		if p := want.p; p == nil || p.HTTPGet.Port != c.Ports[0].Name || p.HTTPGet.Path != want.path {
+			t.Errorf("%s probe must GET %s on the metrics port: %+v", name, want.path, p)
 		}
 	}
 }

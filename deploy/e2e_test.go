@@ -125,13 +125,14 @@ func query(promAddr, expr string) ([]sample, error) {
 type stack struct {
 	serveAddr, promAddr string
 	user, password      string
+	dir                 string // web.yml, prometheus.yml and the storage
 }
 
 func startStack(t *testing.T, serveArgs ...string) *stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	prometheus := testenv.RequireTool(t, "prometheus")
-	s := &stack{serveAddr: freeAddr(t), promAddr: freeAddr(t), user: "prometheus", password: "e2e-secret"}
+	testenv.RequireTool(t, "prometheus") // before anything starts
+	s := &stack{serveAddr: freeAddr(t), user: "prometheus", password: "e2e-secret"}
 	dir := t.TempDir()
 	hash, err := bcrypt.GenerateFromPassword([]byte(s.password), bcrypt.MinCost)
 	if err != nil {
@@ -163,11 +164,22 @@ scrape_configs:
 		_, err := s.scrape(false)
 		return err
 	})
-	start(t, exec.Command(prometheus, "--config.file", filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", s.promAddr,
-		"--log.level", "warn"))
+	s.dir = dir
+	s.promAddr = s.startPrometheus(t)
+	return s
+}
+
+// startPrometheus starts another Debian Prometheus scraping the stack's
+// serve, with extra flags, and returns its address once it scrapes.
+func (s *stack) startPrometheus(t *testing.T, flags ...string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	data := filepath.Join(s.dir, "data-"+strings.ReplaceAll(addr, ":", "-"))
+	start(t, exec.Command(testenv.RequireTool(t, "prometheus"), append([]string{
+		"--config.file", filepath.Join(s.dir, "prometheus.yml"),
+		"--storage.tsdb.path", data, "--web.listen-address", addr, "--log.level", "warn"}, flags...)...))
 	eventually(t, 30*time.Second, "Prometheus scraping stacktop", func() error {
-		up, err := query(s.promAddr, `up{job="stacktop"}`)
+		up, err := query(addr, `up{job="stacktop"}`)
 		if err != nil {
 			return err
 		}
@@ -176,7 +188,7 @@ scrape_configs:
 		}
 		return nil
 	})
-	return s
+	return addr
 }
 
 // scrape fetches the metrics page, with or without the credentials, and
@@ -386,6 +398,17 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 		AmbientCaps: caps,
 	}
 	start(t, cmd)
+	eventually(t, 30*time.Second, "the unprivileged exporter ready (programs attached)", func() error {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/-/ready: %s", resp.Status)
+		}
+		return nil
+	})
 	var body string
 	eventually(t, 30*time.Second, "metrics from the unprivileged exporter", func() error {
 		resp, err := http.Get("http://" + addr + "/metrics")
@@ -424,4 +447,80 @@ func permittedCaps() (uint64, error) {
 		return 0, errors.New("no CapPrm in /proc/self/status")
 	}
 	return strconv.ParseUint(string(m[1]), 16, 64)
+}
+
+// nativeScale is how native bucket bounds relate to stacktop's: 2^-30 s per
+// nanosecond bucket bound of 10^-9 s (docs/METRICS.md, Native histograms).
+const nativeScale = 0x1p-30 / 1e-9
+
+// With native histograms on, Debian's Prometheus negotiates protobuf and
+// ingests the native buckets; one without keeps the classic ones. Over the
+// same data they agree: histogram_count and histogram_sum equal _count and
+// _sum exactly, and histogram_quantile over the native buckets is the
+// classic quantile times nativeScale.
+func TestNativeHistogramsEndToEnd(t *testing.T) {
+	s := startStack(t, "-p", strconv.Itoa(os.Getpid()), "--no-collector.connections")
+	native := s.startPrometheus(t, "--enable-feature=native-histograms")
+	peer := testenv.NewPeer(t, "sts-native", 101)
+	peer.UDPToHost(t, testenv.V4, 300, 0)
+	// No more UDP of ours (the test's HTTP queries are TCP reads of this
+	// process, so tcp-socket-read keeps moving): the udp-socket-read counts
+	// serve has now are final, and both Prometheus servers have them after
+	// their next scrape.
+	const hook = "udp-socket-read"
+	sel := fmt.Sprintf(`{hook=%q}`, hook)
+	final := s.metric(t, "netstack_latency_seconds_count"+sel)
+	if final == 0 {
+		t.Fatalf("%s recorded nothing", hook)
+	}
+	eventually(t, 20*time.Second, hook+" count in both Prometheus servers", func() error {
+		classic := value(t, s.promAddr, "netstack_latency_seconds_count"+sel)
+		nat := value(t, native, "histogram_count(netstack_latency_seconds"+sel+")")
+		if classic != final || nat != final {
+			return fmt.Errorf("classic %g, native %g, serve %g", classic, nat, final)
+		}
+		return nil
+	})
+	classicSum := value(t, s.promAddr, "netstack_latency_seconds_sum"+sel)
+	if nativeSum := value(t, native, "histogram_sum(netstack_latency_seconds"+sel+")"); nativeSum != classicSum {
+		t.Errorf("%s: histogram_sum %g, _sum %g", hook, nativeSum, classicSum)
+	}
+	for _, q := range []float64{0.5, 0.9, 0.99} {
+		classic := value(t, s.promAddr, fmt.Sprintf("histogram_quantile(%g, netstack_latency_seconds_bucket%s)", q, sel))
+		nat := value(t, native, fmt.Sprintf("histogram_quantile(%g, netstack_latency_seconds%s)", q, sel))
+		if ratio := nat / classic; math.Abs(ratio-nativeScale) > 1e-9 {
+			t.Errorf("%s p%g: native %g, classic %g: ratio %.12f, want %.12f", hook, q*100, nat, classic, ratio, nativeScale)
+		} else {
+			t.Logf("%s p%g: native %.9gs, classic %.9gs (count %g)", hook, q*100, nat, classic, final)
+		}
+	}
+}
+
+// metric returns the value of one series of serve's own exposition.
+func (s *stack) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.serveAddr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(s.user, s.password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return 0
 }

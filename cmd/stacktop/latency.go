@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,16 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/runopts"
+	"github.com/stacktop/stacktop/internal/selector"
 )
-
-// pidMax is the kernel's PID_MAX_LIMIT: no pid is larger.
-const pidMax = 4 * 1024 * 1024
 
 // latencyFlags are netstacklat's options, with its short letters and meaning.
 type latencyFlags struct {
@@ -39,15 +34,13 @@ type latencyFlags struct {
 type probeFlags struct {
 	enable      []string
 	disable     []string
-	pids        []string
-	ifaces      []string
-	netns       string
-	cgroups     []string
+	sel         selector.Specs
 	minQueue    string
 	groupIface  bool
 	groupCgroup bool
 	includeHOL  bool
 	backend     string
+	fs          *pflag.FlagSet // to tell an explicitly empty -e or -d from none
 }
 
 // netstacklatNames maps netstacklat's long option names to ours, so both work.
@@ -88,20 +81,26 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	}
 	fs := cmd.Flags()
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
-	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use and why others were refused")
+	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use, its programs and on what event each runs, and why other backends were refused")
 	f.probes.register(fs)
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	return cmd
 }
 
+// probeHelp says what the selector flags select for the latency probes.
+var probeHelp = selector.Help{
+	PID:       "only reads by these processes (socket-read probes)",
+	Cgroup:    "only reads by tasks in these cgroups (socket-read probes)",
+	Interface: "only packets received on these interfaces",
+	Netns:     "network namespaces to measure in (-1 follows new ones)",
+}
+
 // register adds netstacklat's probe flags to fs, under its names too.
 func (f *probeFlags) register(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
 	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
-	fs.StringSliceVarP(&f.pids, "pid", "p", nil, "only reads by these processes (socket-read probes)")
-	fs.StringSliceVarP(&f.ifaces, "interface", "i", nil, "only packets received on these interfaces (names or indexes)")
-	fs.StringVarP(&f.netns, "netns", "n", "0", "network namespace: 0 our own, -1 all (following new ones), or an inode")
-	fs.StringSliceVarP(&f.cgroups, "cgroup", "c", nil, "only reads by tasks in these cgroups (v2 paths or ids; socket-read probes)")
+	f.sel.Register(fs, probeHelp, "0")
 	fs.StringVarP(&f.minQueue, "min-queuelength", "q", "0", "only reads that leave at least this many packets queued (socket-read probes)")
 	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
@@ -116,16 +115,19 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 }
 
 func runLatency(cmd *cobra.Command, f *latencyFlags) error {
-	cfg, err := f.config()
-	if err != nil {
+	if err := f.run.Validate(); err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil {
+	cfg, sel, err := f.probes.config()
+	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	if f.list {
 		return listProbes(out, cfg)
+	}
+	if err := privilege.Check(latencyNeeds(cfg)...); err != nil {
+		return err
 	}
 	ctx, cancel := runopts.SignalContext(cmd.Context())
 	defer cancel()
@@ -140,7 +142,9 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 			return err
 		}
 		warned = warnDropped(tr, warned)
-		return nil
+		// The kernel filters by index and id: a re-created interface or
+		// cgroup would silently count nothing, so stop and say so.
+		return sel.Gone()
 	})
 }
 
@@ -197,94 +201,108 @@ func report(w io.Writer, tr *latency.Tracer, format string, withCounters bool) e
 	return tw.Flush()
 }
 
+// latencyNeeds is what the chosen probes need beyond loading programs: the
+// netfilter hooks (unless forced to fentry) CAP_NET_ADMIN, and CAP_SYS_ADMIN
+// to attach them in other namespaces.
+func latencyNeeds(cfg latency.Config) []privilege.Need {
+	if cfg.Hooks&latency.NetfilterHooks == 0 || cfg.Backend == features.FentryBE {
+		return nil
+	}
+	needs := []privilege.Need{{Cap: privilege.NetAdmin, Why: "to attach the netfilter hooks ip-start, tcp-start and udp-start; -e socket probes or --backend fentry need none"}}
+	if cfg.Netns != 0 {
+		needs = append(needs, privilege.Need{Cap: privilege.SysAdmin, Why: "to attach netfilter hooks in other network namespaces (-n)"})
+	}
+	return needs
+}
+
 // listProbes attaches every selected probe to learn which backend it gets,
-// prints the list and detaches again; refusals follow the table.
+// prints the list and detaches again; refusals follow the table. Without
+// the privileges to attach, it lists the probes and says why the backends
+// are unknown.
 func listProbes(w io.Writer, cfg latency.Config) error {
-	choices, err := latency.Probe(cfg.Backend)
-	if choices == nil {
-		return err // nothing could be loaded at all
+	var choices []features.Choice
+	unprivileged := privilege.Check(latencyNeeds(cfg)...)
+	if unprivileged == nil {
+		var err error
+		if choices, err = latency.Probe(cfg.Backend); choices == nil {
+			return err // nothing could be loaded at all
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tDESCRIPTION")
-	var refusals []string
+	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tPROGRAMS (ONE RUN PER)\tDESCRIPTION")
+	var notes []string
 	for i, h := range latency.Hooks {
-		c := choices[i]
-		backend := cmp.Or(string(c.Backend), "none")
 		enabled := "yes"
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h, enabled, backend, h.Description())
-		for _, r := range c.Refused {
-			refusals = append(refusals, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
+		backend, progs := "unknown", "-"
+		if choices != nil {
+			c := choices[i]
+			backend = cmp.Or(string(c.Backend), "none")
+			var names []string
+			for _, p := range latency.Programs(h, c.Backend) {
+				names = append(names, fmt.Sprintf("%s (%s)", p.Name, p.RunsPer))
+			}
+			progs = cmp.Or(strings.Join(names, ", "), "-")
+			for _, r := range c.Refused {
+				notes = append(notes, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
+			}
+			if c.Backend == "" && len(c.Refused) == 0 {
+				notes = append(notes, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
+			}
 		}
-		if c.Backend == "" && len(c.Refused) == 0 {
-			refusals = append(refusals, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
-		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h, enabled, backend, progs, h.Description())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(refusals) > 0 {
-		fmt.Fprintf(w, "\n%s\n", strings.Join(refusals, "\n"))
+	if unprivileged != nil {
+		notes = append(notes, "backends unknown: they are learnt by attaching each probe, and "+unprivileged.Error())
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))
 	}
 	return nil
 }
 
-// config validates every flag; errors name the flag and the value (exit 2).
-func (f *latencyFlags) config() (latency.Config, error) {
-	if err := f.run.Validate(); err != nil {
-		return latency.Config{}, err
-	}
-	return f.probes.config()
-}
-
-// config validates the probe flags; errors name the flag and the value (exit 2).
-func (f *probeFlags) config() (latency.Config, error) {
+// config validates the probe flags; errors name the flag and the value
+// (exit 2). The selection is returned too, for serve's connections.
+func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 	var cfg latency.Config
+	var sel selector.Selection
 	var err error
 	if cfg.Backend, err = features.ParseBackend(f.backend); err != nil {
-		return cfg, err
+		return cfg, sel, err
 	}
 	if cfg.Hooks, err = f.hooks(); err != nil {
-		return cfg, err
+		return cfg, sel, err
 	}
-	for _, p := range f.pids {
-		n, err := strconv.ParseUint(p, 10, 32)
-		if err != nil || n < 1 || n > pidMax {
-			return cfg, clierr.Usage("pid", p, "must be a process id from 1 to %d", pidMax)
-		}
-		cfg.PIDs = append(cfg.PIDs, uint32(n))
+	if sel, err = f.sel.Parse(); err != nil {
+		return cfg, sel, err
 	}
-	for _, name := range f.ifaces {
-		idx, err := ifindex(name)
-		if err != nil {
-			return cfg, clierr.Usage("interface", name, "%v", err)
-		}
-		cfg.Ifindexes = append(cfg.Ifindexes, idx)
+	cfg.PIDs = sel.PIDs
+	for _, ifc := range sel.Interfaces {
+		cfg.Ifindexes = append(cfg.Ifindexes, uint32(ifc.Index))
 	}
-	for _, c := range f.cgroups {
-		id, err := cgroupID(c)
-		if err != nil {
-			return cfg, clierr.Usage("cgroup", c, "%v", err)
-		}
-		cfg.Cgroups = append(cfg.Cgroups, id)
+	for _, c := range sel.Cgroups {
+		cfg.Cgroups = append(cfg.Cgroups, c.ID)
 	}
-	ns, err := strconv.ParseInt(f.netns, 10, 64)
-	if err != nil || ns < latency.AllNetns || ns > math.MaxUint32 {
-		return cfg, clierr.Usage("netns", f.netns, "must be 0 (our own), -1 (all) or a namespace inode")
+	switch {
+	case sel.Netns.All:
+		cfg.Netns = latency.AllNetns
+	case sel.Netns.Own:
+		cfg.Netns = latency.OwnNetns
+	default:
+		cfg.Netns = int64(sel.Netns.Inode)
 	}
-	if ns > 0 && !latency.NetnsExists(uint64(ns)) {
-		return cfg, clierr.Usage("netns", f.netns, "no network namespace with this inode")
-	}
-	cfg.Netns = ns
 	q, err := strconv.ParseUint(f.minQueue, 10, 32)
 	if err != nil || q > 65536 {
-		return cfg, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
+		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
 	}
 	cfg.MinQueueLen = uint32(q)
 	cfg.GroupByIface, cfg.GroupByCgroup, cfg.IncludeHOL = f.groupIface, f.groupCgroup, f.includeHOL
-	return cfg, nil
+	return cfg, sel, nil
 }
 
 func (f *probeFlags) hooks() (latency.HookSet, error) {
@@ -297,6 +315,9 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 		set = 0
 	}
 	for flag, names := range map[string][]string{"enable-probes": f.enable, "disable-probes": f.disable} {
+		if len(names) == 0 && f.fs != nil && f.fs.Changed(flag) {
+			return 0, clierr.Usage(flag, "", "names no probe (leave the flag out for all of them)")
+		}
 		for _, name := range names {
 			h, err := latency.ParseHook(name)
 			if err != nil {
@@ -313,40 +334,4 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
 	}
 	return set, nil
-}
-
-// ifindex resolves an interface name, or checks that an index exists, in our
-// namespace.
-func ifindex(s string) (uint32, error) {
-	if ifc, err := net.InterfaceByName(s); err == nil {
-		return uint32(ifc.Index), nil
-	}
-	n, err := strconv.ParseUint(s, 10, 31)
-	if err != nil || n == 0 {
-		return 0, fmt.Errorf("no such interface")
-	}
-	if _, err := net.InterfaceByIndex(int(n)); err != nil {
-		return 0, fmt.Errorf("no interface with this index")
-	}
-	return uint32(n), nil
-}
-
-// cgroupID resolves a cgroup v2 path (absolute or relative to the v2 root)
-// or checks that an id names an existing cgroup.
-func cgroupID(s string) (uint64, error) {
-	if id, err := strconv.ParseUint(s, 10, 64); err == nil {
-		r, err := cgroup.NewResolver()
-		if err != nil {
-			return 0, err
-		}
-		if strings.HasPrefix(r.Path(id), "cgroup:") {
-			return 0, fmt.Errorf("no cgroup with this id")
-		}
-		return id, nil
-	}
-	id, err := cgroup.ID(s)
-	if err != nil {
-		return 0, fmt.Errorf("no such cgroup v2 directory")
-	}
-	return id, nil
 }

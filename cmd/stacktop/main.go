@@ -21,22 +21,25 @@ func main() {
 	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
 }
 
-// aliases maps the names the binary may be linked as to the subcommand they
-// stand for, so users of tcptop and netstacklat keep their muscle memory.
-var aliases = map[string]string{"tcptop": "top", "netstacklat": "latency"}
+// aliases maps the names the binary may be linked as to the command they
+// stand for, so users of tcptop and netstacklat keep their muscle memory:
+// invoked so, that command is the root, and its help says its name.
+var aliases = map[string]func() *cobra.Command{"tcptop": newTopCmd, "netstacklat": newLatencyCmd}
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
-	args := argv[1:]
-	if sub, ok := aliases[filepath.Base(argv[0])]; ok {
-		args = append([]string{sub}, args...)
+	clierr.Prog = filepath.Base(argv[0])
+	root := newRootCmd()
+	if alias, ok := aliases[clierr.Prog]; ok {
+		root = alias()
+		root.Use = clierr.Prog
 	}
+	setupRoot(root, stdout, stderr)
 	started := false // set once cobra has parsed and validated everything
-	root := newRootCmd(stdout, stderr)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		started = true
 		return setupLogging(cmd, stderr)
 	}
-	root.SetArgs(args)
+	root.SetArgs(argv[1:])
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return clierr.ExitOK
@@ -53,7 +56,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	return clierr.Code(err)
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "stacktop",
 		Short: "eBPF observability for the Linux host network stack",
@@ -63,26 +66,45 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
   how long received packets wait inside the host stack        (stacktop latency)
 
 and exports both to Prometheus (stacktop serve).`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.PersistentFlags().String("log-level", "warn", "log level: debug, info, warn, error")
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
 	root.AddCommand(newTopCmd(), newStreamCmd())
-	root.AddCommand(newServeCmd())
+	root.AddCommand(newServeCmd(), newManCmd())
 	makeTop(root)
 	return root
 }
 
+// setupRoot gives the command that runs as the program (stacktop, or the
+// command an alias names) what every invocation shares: --version,
+// --log.level, --log.format, and errors reported by run rather than by cobra.
+func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
+	root.SilenceErrors, root.SilenceUsage = true, true
+	root.Version = version
+	root.SetVersionTemplate(versionText())
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	logLevel := root.PersistentFlags().String("log.level", "warn", "log level: debug, info, warn, error")
+	// The spelling before the Prometheus exporter convention.
+	root.PersistentFlags().StringVar(logLevel, "log-level", "warn", "log level (alias of --log.level)")
+	root.PersistentFlags().MarkHidden("log-level")
+	root.PersistentFlags().String("log.format", "logfmt", "log format: logfmt, json")
+}
+
 func setupLogging(cmd *cobra.Command, stderr io.Writer) error {
-	s, _ := cmd.Flags().GetString("log-level")
+	s, _ := cmd.Flags().GetString("log.level")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return clierr.Usage("log-level", s, "must be one of debug, info, warn, error")
+		return clierr.Usage("log.level", s, "must be one of debug, info, warn, error")
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	opts := &slog.HandlerOptions{Level: level}
+	switch f, _ := cmd.Flags().GetString("log.format"); f {
+	case "logfmt":
+		slog.SetDefault(slog.New(slog.NewTextHandler(stderr, opts)))
+	case "json":
+		slog.SetDefault(slog.New(slog.NewJSONHandler(stderr, opts)))
+	default:
+		return clierr.Usage("log.format", f, "must be logfmt or json")
+	}
 	return nil
 }

@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stacktop/stacktop/internal/clierr"
@@ -27,7 +24,9 @@ func TestUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		{[]string{"stacktop", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"stacktop", "doctor", "--no-such-flag"}, "unknown flag: --no-such-flag"},
 		{[]string{"stacktop", "doctor", "--format", "yaml"}, `invalid --format "yaml"`},
-		{[]string{"stacktop", "--log-level", "loud", "version"}, `invalid --log-level "loud"`},
+		{[]string{"stacktop", "--log-level", "loud", "version"}, `invalid --log.level "loud"`},
+		{[]string{"stacktop", "--log.level", "loud", "version"}, `invalid --log.level "loud"`},
+		{[]string{"stacktop", "--log.format", "xml", "version"}, `invalid --log.format "xml": must be logfmt or json`},
 		{[]string{"stacktop", "version", "extra"}, `unknown command "extra"`},
 	}
 	for _, c := range cases {
@@ -45,6 +44,16 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// --version, as every Prometheus exporter has it, on the root and on serve.
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"stacktop", "--version"}, {"stacktop", "serve", "--version"}} {
+		code, out, _ := runArgs(args...)
+		if code != 0 || out != versionText() || !strings.HasPrefix(out, "stacktop "+version+"\ncommit ") {
+			t.Errorf("%v: exit %d, output %q", args, code, out)
+		}
+	}
+}
+
 func TestDoctorReportsEveryProbe(t *testing.T) {
 	testenv.RequireRoot(t)
 	code, out, stderr := runArgs("stacktop", "doctor")
@@ -58,21 +67,23 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 	}
 }
 
-// TestWithoutPrivilegesExit77 runs the real binary as nobody: it must refuse
-// with the contract's one-line message before touching the kernel.
-func TestWithoutPrivilegesExit77(t *testing.T) {
-	testenv.RequireRoot(t)
-	cmd := exec.Command(testenv.Binary(t), "doctor")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != clierr.ExitPrivileges {
-		t.Fatalf("as nobody: %v, stderr %q; want exit 77", err, stderr.String())
+// --version on every name, and the help of an alias says the name it was
+// invoked as (it said "Usage: stacktop latency").
+func TestVersionFlagAndAliasUsage(t *testing.T) {
+	for _, prog := range []string{"stacktop", "tcptop", "netstacklat"} {
+		code, out, stderr := runArgs(prog, "--version")
+		if want := "stacktop " + version + "\ncommit "; code != 0 || !strings.HasPrefix(out, want) {
+			t.Errorf("%s --version: exit %d, %q %q; want %q", prog, code, out, stderr, want)
+		}
 	}
-	want := "error: stacktop requires root privileges (or CAP_BPF and CAP_PERFMON). Run with sudo.\n"
-	if stderr.String() != want {
-		t.Fatalf("stderr %q, want %q", stderr.String(), want)
+	for prog, want := range map[string]string{"netstacklat": "Usage:\n  netstacklat [flags]\n", "tcptop": "Usage:\n  tcptop [flags]\n",
+		"stacktop": "Usage:\n  stacktop [flags]\n  stacktop [command]\n"} {
+		code, out, _ := runArgs(prog, "--help")
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("%s --help: exit %d, lacks %q:\n%s", prog, code, want, out)
+		}
+	}
+	if code, _, stderr := runArgs("netstacklat", "-r", "0"); code != clierr.ExitUsage || !strings.Contains(stderr, "Run 'netstacklat --help' for usage.") {
+		t.Errorf("netstacklat -r 0: exit %d, %q", code, stderr)
 	}
 }

@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
+	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,38 +17,40 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/exporter"
+	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/promweb"
 	"github.com/stacktop/stacktop/internal/runopts"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // serveOptions are the flags of stacktop serve: the --web.* flags, the
 // latency probe flags of `stacktop latency`, and the connection filters of
 // `stacktop stream` that the probe flags do not already cover.
 type serveOptions struct {
-	web      promweb.Options
-	probes   probeFlags
-	conns    connfilter.Options // only --process, --port, --tcp and --udp are serve's
-	udpIdle  time.Duration
-	interval runopts.Seconds
-	duration time.Duration
-	perConn  int
-	maxConn  int
-	bpfStats bool
-	flags    *pflag.FlagSet // tells an explicit -n 0 from its default
+	web                          promweb.Options
+	probes                       probeFlags
+	latencyProbes                []string
+	collectLatency, collectConns bool
+	compat                       string
+	maxSeries                    int
+	printVersion                 bool
+	pods                         kube.Options
+	conns                        connfilter.Options // only --process, --port, --tcp and --udp: the probes' -p, -c, -i, -n select connections too
+	udpIdle                      time.Duration
+	interval                     runopts.Seconds
+	duration                     time.Duration
+	perConn                      int
+	maxConn                      int
+	bpfStats                     bool
+	flags                        *pflag.FlagSet // tells an explicit --web.listen-address from its default
 }
-
-// sharedConnFilters are stream's filters that serve does not take from
-// connfilter: the probe flags of the same names (-p, -c, -i, -n) filter the
-// connections too.
-var sharedConnFilters = []string{"pid", "cgroup", "interface", "netns"}
 
 func newServeCmd() *cobra.Command {
 	var o serveOptions
@@ -58,15 +61,29 @@ func newServeCmd() *cobra.Command {
 both as Prometheus/OpenMetrics metrics (docs/METRICS.md lists them), by
 default on 127.0.0.1:9877 only. --web.config.file enables TLS and basic auth.
 
+By default only the socket-read latency probes run (tcp-socket-read,
+udp-socket-read: cheap enough to leave on everywhere); --latency.probes all
+(or a list) adds the others. --compat ebpf_exporter exports the histograms as
+netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
+programs are attached) serve health checks.
+
 The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 -n also select the connections exported, as --pid, --cgroup, --interface and
 --netns do for stacktop stream (one of the listed values must match); without
 -n, connections of every network namespace are exported.`,
 		Example: `  stacktop serve                                  # http://127.0.0.1:9877/metrics
   stacktop serve --web.listen-address :9877 -I -C # every interface; latency by iface and cgroup
-  stacktop serve --web.config.file web.yml        # TLS and/or basic auth`,
+  stacktop serve --web.config.file web.yml        # TLS and/or basic auth
+  stacktop serve --latency.probes all             # all seven latency probes
+  stacktop serve --compat ebpf_exporter -I -C     # netstacklat's ebpf_exporter series, :9435`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.printVersion {
+				_, err := io.WriteString(cmd.OutOrStdout(), versionText())
+				return err
+			}
+			return o.run(cmd.Context())
+		},
 	}
 	o.register(cmd.Flags())
 	return cmd
@@ -76,13 +93,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	o.flags = fs
 	o.web.Register(fs)
 	o.probes.register(fs)
-	own := pflag.NewFlagSet("connections", pflag.ContinueOnError)
-	o.conns.Register(own)
-	own.VisitAll(func(f *pflag.Flag) {
-		if !slices.Contains(sharedConnFilters, f.Name) {
-			fs.AddFlag(f) // shared *Flag: connfilter sees what the command line set
-		}
-	})
+	o.conns.RegisterMatchers(fs)
 	o.interval = runopts.Seconds(5 * time.Second)
 	fs.DurationVar(&o.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "count a UDP flow closed after this long without datagrams")
 	fs.Var(&o.interval, "interval", "connection snapshot interval (seconds or a duration such as 500ms)")
@@ -92,18 +103,56 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	registerMaxConnections(fs, &o.maxConn)
 	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
+	fs.StringSliceVar(&o.latencyProbes, "latency.probes", nil,
+		"latency probes to run, comma-separated, or all (default: the socket-read probes, tcp-socket-read,udp-socket-read)")
+	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)")
+	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics")
+	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
+	o.pods.Register(fs)
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit, as exporters do (stacktop --version too)")
+	fs.IntVar(&o.maxSeries, "max-series", exporter.DefaultMaxSeries,
+		`(comm, cgroup, proto) aggregates with series of their own; the rest are counted in comm="other" (0: no limit)`)
+}
+
+// serveDefaultProbes are the latency probes serve runs unless told
+// otherwise: the two that cost one program run per read and answer the
+// question operators leave on everywhere (how long data waited for the
+// application); Cloudflare runs only tcp-socket-read under ebpf_exporter.
+var serveDefaultProbes = latency.HookSet(0).With(latency.TCPSocketRead).With(latency.UDPSocketRead)
+
+// registerToggle adds --name (default on) and --no-name, as Prometheus
+// exporters spell collector switches.
+func registerToggle(fs *pflag.FlagSet, v *bool, name, what string) {
+	*v = true
+	fs.BoolVar(v, name, true, "export "+what)
+	fs.Var(negated{v}, "no-"+name, "do not export "+what)
+	fs.Lookup("no-" + name).NoOptDefVal = "true"
+}
+
+// negated is a boolean flag that sets its target to the opposite.
+type negated struct{ v *bool }
+
+func (n negated) String() string { return strconv.FormatBool(!*n.v) }
+func (n negated) Type() string   { return "bool" }
+func (n negated) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*n.v = !b
+	return err
 }
 
 // serveConfig is what the two sources are started with.
 type serveConfig struct {
 	latency latency.Config
 	conns   conntrack.Config
-	sel     *connSelector
+	sel     *connfilter.Filter
 }
 
 // config validates every flag (exit 2 naming the flag and value).
 func (o *serveOptions) config() (serveConfig, error) {
 	var c serveConfig
+	if o.compat == compatEbpfExporter && !o.flags.Changed("web.listen-address") {
+		o.web.ListenAddresses = []string{compatAddress}
+	}
 	if err := o.web.Validate(); err != nil {
 		return c, err
 	}
@@ -120,105 +169,87 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if err := checkMaxConnections(o.maxConn); err != nil {
 		return c, err
 	}
+	if o.maxSeries < 0 {
+		return c, clierr.Usage("max-series", strconv.Itoa(o.maxSeries), "must not be negative (0: no limit)")
+	}
+	if o.compat != "" && o.compat != compatEbpfExporter {
+		return c, clierr.Usage("compat", o.compat, "the only compatibility mode is %s", compatEbpfExporter)
+	}
+	if !o.collectLatency && !o.collectConns {
+		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
+	}
+	var latencySel selector.Selection
 	var err error
-	if c.latency, err = o.probes.config(); err != nil {
+	if c.latency, latencySel, err = o.probes.config(); err != nil {
 		return c, err
 	}
-	if c.sel, err = o.connSelector(c.latency); err != nil {
+	if c.latency.Hooks, err = o.latencyHooks(c.latency.Hooks); err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{UDPIdle: o.udpIdle, MaxConnections: o.maxConn}
+	// The probes' selection selects the connections too, except that
+	// without -n connections of every namespace are exported.
+	if !o.probes.sel.NetnsChanged() {
+		latencySel.Netns = selector.Netns{All: true}
+	}
+	if c.sel, err = o.conns.CompileWith(latencySel); err != nil {
+		return c, err
+	}
+	pods, err := o.pods.Resolver()
+	if err != nil {
+		return c, err
+	}
+	c.conns = conntrack.Config{UDPIdle: o.udpIdle, MaxConnections: o.maxConn, Pods: pods}
 	return c, nil
 }
 
-// connSelector selects the connections serve exports: stream's own filters,
-// and for each probe filter given, a match on one of its values.
-type connSelector struct {
-	base  *connfilter.Filter
-	anyOf [][]*connfilter.Filter
-}
+// compatEbpfExporter is the --compat value that exports the latency
+// histograms as netstacklat's ebpf_exporter configuration does.
+const compatEbpfExporter = "ebpf_exporter"
 
-func (s *connSelector) match(r *conn.Record) bool {
-	if !s.base.Match(r) {
-		return false
-	}
-	for _, alternatives := range s.anyOf {
-		if !slices.ContainsFunc(alternatives, func(f *connfilter.Filter) bool { return f.Match(r) }) {
-			return false
-		}
-	}
-	return true
-}
+// compatAddress is where --compat ebpf_exporter listens by default:
+// ebpf_exporter's port, on loopback as serve's own default.
+const compatAddress = "127.0.0.1:9435"
 
-// connSelector translates the probe filters, already validated into cfg,
-// into connection filters.
-func (o *serveOptions) connSelector(cfg latency.Config) (*connSelector, error) {
-	base, err := o.conns.Compile()
-	if err != nil {
-		return nil, err
+// latencyHooks is the probe set: --latency.probes, or netstacklat's -e/-d
+// (already parsed into fromFlags), or serve's default set.
+func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet, error) {
+	list := strings.Join(o.latencyProbes, ",")
+	explicit := len(o.probes.enable) > 0 || len(o.probes.disable) > 0
+	switch {
+	case !o.collectLatency && (o.latencyProbes != nil || explicit):
+		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with a choice of latency probes")
+	case o.latencyProbes != nil && explicit:
+		return 0, clierr.Usage("latency.probes", list, "cannot be combined with -e/--enable-probes or -d/--disable-probes")
+	case explicit:
+		return fromFlags, nil
+	case o.latencyProbes == nil:
+		return serveDefaultProbes, nil
+	case list == "all":
+		return latency.AllHooks, nil
 	}
-	s := &connSelector{base: base}
-	anyOf := func(opts []connfilter.Options) error {
-		if len(opts) == 0 {
-			return nil
-		}
-		var fs []*connfilter.Filter
-		for _, opt := range opts {
-			f, err := opt.Compile()
-			if err != nil {
-				return err
-			}
-			fs = append(fs, f)
-		}
-		s.anyOf = append(s.anyOf, fs)
-		return nil
-	}
-	var pids, cgroups, ifaces, netns []connfilter.Options
-	for _, pid := range cfg.PIDs {
-		pids = append(pids, connfilter.Options{PID: int(pid)})
-	}
-	if len(cfg.Cgroups) > 0 {
-		r, err := cgroup.NewResolver()
+	var set latency.HookSet
+	for _, name := range o.latencyProbes {
+		h, err := latency.ParseHook(name)
 		if err != nil {
-			return nil, fmt.Errorf("cgroup names: %w", err)
+			return 0, clierr.Usage("latency.probes", name, "%v, or all", err)
 		}
-		for _, id := range cfg.Cgroups {
-			cgroups = append(cgroups, connfilter.Options{Cgroup: r.Path(id)})
-		}
+		set = set.With(h)
 	}
-	for _, idx := range cfg.Ifindexes {
-		ifc, err := net.InterfaceByIndex(int(idx))
-		if err != nil {
-			return nil, clierr.Usage("interface", strconv.Itoa(int(idx)), "%v", err)
-		}
-		ifaces = append(ifaces, connfilter.Options{Interface: ifc.Name})
+	if set == 0 {
+		return 0, clierr.Usage("latency.probes", list, "names no probe")
 	}
-	if o.flags.Changed("netns") {
-		switch cfg.Netns {
-		case latency.AllNetns:
-		case latency.OwnNetns:
-			netns = append(netns, connfilter.Options{Netns: "/proc/self/ns/net"})
-		default:
-			netns = append(netns, connfilter.Options{Netns: strconv.FormatInt(cfg.Netns, 10)})
-		}
-	}
-	for _, opts := range [][]connfilter.Options{pids, cgroups, ifaces, netns} {
-		if err := anyOf(opts); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	return set, nil
 }
 
 // selectedConns is the tracker's snapshots restricted to the selection.
 type selectedConns struct {
 	tracker *conntrack.Tracker
-	sel     *connSelector
+	sel     *connfilter.Filter
 }
 
 func (s selectedConns) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	snap, err := s.tracker.SnapshotInto(records)
-	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.match(&r) })
+	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.Match(&r) })
 	return snap, err
 }
 
@@ -227,7 +258,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil {
+	if err := privilege.Check(append(latencyNeeds(c.latency), connNeeds)...); err != nil {
 		return err
 	}
 	// Listen first: a port in use fails before any BPF program is loaded.
@@ -242,12 +273,32 @@ func (o *serveOptions) run(ctx context.Context) error {
 		ctx, stop = context.WithTimeout(ctx, o.duration)
 		defer stop()
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := o.web.NewServer(reg, version)
+	if err != nil {
+		return err
+	}
+	// Serve while the programs load, so /-/healthy answers and /-/ready
+	// says they are not attached yet.
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx, listeners) }()
+	stop := func() error { // idempotent: the error stays in the channel
+		stopServing()
+		err := <-served
+		served <- err
+		return err
+	}
+	defer stop() // before the programs are closed
+
 	cfg := exporter.Config{
-		LatencyByIface:  c.latency.GroupByIface,
-		LatencyByCgroup: c.latency.GroupByCgroup,
-		Connections:     exporter.NewConnections(o.perConn),
-		Version:         version,
-		Revision:        buildCommit(),
+		LatencyByIface:     c.latency.GroupByIface,
+		LatencyByCgroup:    c.latency.GroupByCgroup,
+		CompatEbpfExporter: o.compat == compatEbpfExporter,
+		Version:            version,
+		Revision:           buildCommit(),
 	}
 	if o.bpfStats {
 		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
@@ -257,30 +308,38 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer stats.Close()
 		cfg.BPFStatsEnabled = func() bool { return true }
 	}
-	tracer, err := latency.Start(c.latency)
-	if err != nil {
-		return fmt.Errorf("%w (see `stacktop doctor`)", err)
+	if o.collectLatency {
+		tracer, err := latency.Start(c.latency)
+		if err != nil {
+			return fmt.Errorf("%w (see `stacktop doctor`)", err)
+		}
+		defer tracer.Close()
+		cfg.Latency = tracer
+		cfg.Backends = append(cfg.Backends, tracer.Choices()...)
 	}
-	defer tracer.Close()
-	tracker, err := conntrack.Open(c.conns)
-	if err != nil {
-		return fmt.Errorf("%w (see `stacktop doctor`)", err)
-	}
-	defer tracker.Close()
-	cfg.Latency = tracer
-	cfg.Backends = append(slices.Clone(tracer.Choices()), tracker.Choices()...)
-
 	var polling sync.WaitGroup
 	defer polling.Wait() // before the tracker closes
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
-	polling.Go(func() {
-		cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
-	})
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(exporter.New(cfg),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return o.web.Serve(ctx, listeners, reg, version)
+	if o.collectConns {
+		tracker, err := conntrack.Open(c.conns)
+		if err != nil {
+			return fmt.Errorf("%w (see `stacktop doctor`)", err)
+		}
+		defer tracker.Close()
+		cfg.Backends = append(cfg.Backends, tracker.Choices()...)
+		cfg.Connections = exporter.NewConnections(o.perConn)
+		cfg.Connections.LimitSeries(o.maxSeries)
+		polling.Go(func() {
+			cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
+		})
+	}
+	reg.MustRegister(exporter.New(cfg))
+	srv.SetReady()
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		served <- err
+	}
+	return stop()
 }

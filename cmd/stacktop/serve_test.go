@@ -30,7 +30,7 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--web.config.file", brokenConfig}, `invalid --web.config.file "` + brokenConfig + `"`},
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
 		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
-		{[]string{"--interval", "0"}, `invalid --interval "0s": must be positive`},
+		{[]string{"--interval", "0"}, `invalid argument "0" for "--interval" flag: must be from 0.01 to 86400 seconds`},
 		{[]string{"--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
 		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
 		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
@@ -39,6 +39,16 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--port", "70000"}, `invalid --port "70000"`},
 		{[]string{"--process", "("}, `invalid --process "("`},
 		{[]string{"--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
+		{[]string{"--latency.probes", "tcp-socket-wait"}, `invalid --latency.probes "tcp-socket-wait": unknown probe`},
+		{[]string{"--latency.probes", "ip-start", "-e", "tcp-start"}, `invalid --latency.probes "ip-start": cannot be combined with -e`},
+		{[]string{"--latency.probes", ","}, `invalid --latency.probes`},
+		{[]string{"--no-collector.latency", "--latency.probes", "all"}, `invalid --no-collector.latency "true": cannot be combined with a choice of latency probes`},
+		{[]string{"--no-collector.latency", "--no-collector.connections"}, `invalid --no-collector.connections "true": with --no-collector.latency too leaves nothing to export`},
+		{[]string{"--collector.latency=maybe"}, `invalid argument "maybe" for "--collector.latency"`},
+		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
+		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
+		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing
+		{[]string{"--web.max-connections", "0"}, `invalid --web.max-connections "0": must be between 1 and 65536`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(append([]string{"stacktop", "serve"}, c.args...)...)
@@ -106,7 +116,7 @@ func TestServeConnectionSelection(t *testing.T) {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
 		for r, want := range tc.want {
-			if got := c.sel.match(r); got != want {
+			if got := c.sel.Match(r); got != want {
 				t.Errorf("%v: pid %d comm %s %s %s netns %d: selected %v, want %v",
 					tc.args, r.PID, r.Comm, r.Proto, r.LocalAddr, r.Netns, got, want)
 			}
@@ -115,3 +125,29 @@ func TestServeConnectionSelection(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// --compat ebpf_exporter listens on ebpf_exporter's port (on loopback, as
+// serve's own default) unless --web.listen-address says otherwise.
+func TestServeCompatDefaultAddress(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "127.0.0.1:9877"},
+		{[]string{"--compat", "ebpf_exporter"}, "127.0.0.1:9435"},
+		{[]string{"--compat", "ebpf_exporter", "--web.listen-address", ":9435"}, ":9435"},
+	} {
+		var o serveOptions
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		o.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := strings.Join(o.web.ListenAddresses, ","); got != c.want {
+			t.Errorf("%v: listens on %s, want %s", c.args, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/runopts"
@@ -29,6 +30,7 @@ type connFlags struct {
 	udpIdle time.Duration
 	backend string
 	maxConn int
+	pods    kube.Options
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -38,6 +40,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
 	fs.StringVar(&f.backend, "backend", string(features.Auto), "auto, fentry or tracepoint; accepted for compatibility: no connection hook depends on it")
 	registerMaxConnections(fs, &f.maxConn)
+	f.pods.Register(fs)
 }
 
 // registerMaxConnections adds --max-connections, shared by top, stream and serve.
@@ -53,6 +56,9 @@ func checkMaxConnections(n int) error {
 	}
 	return nil
 }
+
+// connNeeds is what connection tracking needs beyond loading its programs.
+var connNeeds = privilege.Need{Cap: privilege.NetAdmin, Why: "to attach the cgroup_skb programs that count bytes and packets"}
 
 // config validates every flag (exit 2 naming the flag and value).
 func (f *connFlags) config() (conntrack.Config, error) {
@@ -78,7 +84,11 @@ func (f *connFlags) config() (conntrack.Config, error) {
 			return conntrack.Config{}, err
 		}
 	}
-	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn}, nil
+	pods, err := f.pods.Resolver()
+	if err != nil {
+		return conntrack.Config{}, err
+	}
+	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods}, nil
 }
 
 func newStreamCmd() *cobra.Command {
@@ -124,7 +134,7 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(true); err != nil { // cgroup_skb attachment needs CAP_NET_ADMIN
+	if err := privilege.Check(connNeeds); err != nil {
 		return err
 	}
 	var logs []output.Writer

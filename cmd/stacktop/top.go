@@ -23,8 +23,9 @@ func newTopCmd() *cobra.Command {
 		Short: "Live view of TCP connections and UDP flows (like stream when stdout is not a terminal)",
 		Long: `top shows every TCP connection and UDP flow on the host in a live table:
 addresses, owning process, state, rates in and out, and smoothed RTT; c adds
-bytes, packets, retransmits and cgroup. The header sums up the host: counts
-by TCP state, UDP flows, bandwidth, and lost events when any were lost.
+bytes, packets, retransmits, Kubernetes pod and cgroup. The header sums up
+the host: counts by TCP state, UDP flows, bandwidth, and lost events when any
+were lost.
 When stdout is not a terminal, top prints what stream prints.
 
 Keys:

@@ -10,11 +10,19 @@ import (
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// version is set at link time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// version and commit are set at link time by `make build` (-ldflags
+// "-X main.version=v1.2.3 -X main.commit=…"), from git describe and rev-parse.
+var (
+	version = "dev"
+	commit  = ""
+)
 
-// buildCommit returns the VCS revision the binary was built from.
+// buildCommit returns the VCS revision the binary was built from: the one
+// linked in, else the one Go stamped (when built with -buildvcs).
 func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
 			if s.Key == "vcs.revision" {
@@ -25,15 +33,20 @@ func buildCommit() string {
 	return "unknown"
 }
 
+// versionText is what --version prints, as every Prometheus exporter has
+// it: version, commit, Go version and platform.
+func versionText() string {
+	return fmt.Sprintf("stacktop %s\ncommit %s\n%s %s/%s\n",
+		version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print version, commit, Go and kernel version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "stacktop %s\ncommit %s\n%s %s/%s\nkernel %s\n",
-				version, buildCommit(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
-				features.Detect().Kernel)
+			fmt.Fprintf(cmd.OutOrStdout(), "%skernel %s\n", versionText(), features.Detect().Kernel)
 			return nil
 		},
 	}

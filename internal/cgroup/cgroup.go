@@ -76,19 +76,30 @@ func NewResolver() (*Resolver, error) {
 // "/system.slice/nginx.service"; an id that no longer exists is shown as a
 // number.
 func (r *Resolver) Path(id uint64) string {
+	if p, ok := r.Lookup(id); ok {
+		return p
+	}
+	return fmt.Sprintf("cgroup:%d", id)
+}
+
+// Lookup returns the path of id relative to the v2 root, and false if no
+// cgroup has that id (any more).
+func (r *Resolver) Lookup(id uint64) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.paths[id]; ok {
-		return p
+		return p, p != ""
 	}
 	r.rescan()
-	if p, ok := r.paths[id]; ok {
-		return p
+	p, ok := r.paths[id]
+	if !ok {
+		r.paths[id] = "" // do not rescan for every lookup of a vanished cgroup
 	}
-	p := fmt.Sprintf("cgroup:%d", id)
-	r.paths[id] = p // do not rescan for every lookup of a vanished cgroup
-	return p
+	return p, ok
 }
+
+// Root returns the mount point of the v2 hierarchy the paths are relative to.
+func (r *Resolver) Root() string { return r.root }
 
 func (r *Resolver) rescan() {
 	_ = filepath.WalkDir(r.root, func(p string, d fs.DirEntry, err error) error {

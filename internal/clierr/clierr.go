@@ -5,6 +5,7 @@ package clierr
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Exit codes shared by every command.
@@ -43,18 +44,36 @@ type plainUsage struct{ msg string }
 
 func (e *plainUsage) Error() string { return e.msg }
 
-// ErrPrivileges is returned before touching the kernel when the process
-// lacks root or the capabilities BPF needs.
-var ErrPrivileges = errors.New("stacktop requires root privileges (or CAP_BPF and CAP_PERFMON). Run with sudo.")
+// PrivilegeError is returned before touching the kernel when the process
+// lacks a capability the chosen hooks need. Missing names each capability
+// with what it is for, e.g. "CAP_NET_ADMIN (to attach cgroup_skb programs)".
+type PrivilegeError struct {
+	Missing []string
+	Root    bool // we run as root, whose capabilities were dropped (a container)
+}
+
+// Prog is the name the binary was invoked as (stacktop, tcptop,
+// netstacklat), which messages use; main sets it.
+var Prog = "stacktop"
+
+func (e *PrivilegeError) Error() string {
+	if e.Root {
+		return fmt.Sprintf("%s needs %s, which this process lacks although it runs as root: its capabilities were dropped (a container?); grant them to it (e.g. docker run --cap-add).",
+			Prog, strings.Join(e.Missing, " and "))
+	}
+	return fmt.Sprintf("%s needs %s, which this process lacks. Run it as root (sudo %s, or from a root shell) or grant them with setcap.",
+		Prog, strings.Join(e.Missing, " and "), Prog)
+}
 
 // Code maps an error to the process exit code.
 func Code(err error) int {
 	var ue *UsageError
 	var pu *plainUsage
+	var pe *PrivilegeError
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, ErrPrivileges):
+	case errors.As(err, &pe):
 		return ExitPrivileges
 	case errors.As(err, &ue), errors.As(err, &pu):
 		return ExitUsage

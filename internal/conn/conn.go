@@ -5,6 +5,8 @@ package conn
 import (
 	"net/netip"
 	"time"
+
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 // Event says why a record is emitted.
@@ -31,6 +33,7 @@ type Record struct {
 	PID        uint32     `json:"pid"`
 	Comm       string     `json:"comm"`
 	Cgroup     string     `json:"cgroup"`
+	kube.Names            // namespace, pod, container: named from the cgroup, empty outside pods
 	Netns      uint32     `json:"netns"` // network namespace inode (as in /proc/PID/ns/net)
 	State      string     `json:"state"` // TCP state name, or "UDP"
 	BytesIn    uint64     `json:"bytes_in"`

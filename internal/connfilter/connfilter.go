@@ -1,71 +1,89 @@
 // Package connfilter holds the connection filters every connection consumer
 // shares (stream, TUI, Prometheus exporter): their flags, their validation
-// and the predicate that selects records.
+// and the predicate that selects records. Processes, cgroups, interfaces
+// and namespaces are named in the selector vocabulary every command shares.
 package connfilter
 
 import (
 	"fmt"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // Options are the filter flags as the user gave them.
 type Options struct {
-	PID       int
+	Selectors selector.Specs // -p, -c, -i, -n
 	Process   string
-	Port      int
+	Ports     []string
 	TCP, UDP  bool
-	Cgroup    string
-	Netns     string
-	Interface string
-	fs        *pflag.FlagSet // to tell an explicit 0 from the default
 }
 
-// Register adds the filter flags to fs.
+// Help says what the selector flags select for connections.
+var Help = selector.Help{
+	PID:       "only connections owned by these processes",
+	Cgroup:    "only connections owned by processes in these cgroups or below them",
+	Interface: "only connections whose local address belongs to one of these interfaces",
+	Netns:     "only connections in this network namespace",
+}
+
+// Register adds every filter flag to fs; connections of every namespace are
+// selected by default.
 func (o *Options) Register(fs *pflag.FlagSet) {
-	o.fs = fs
-	fs.IntVar(&o.PID, "pid", 0, "only connections owned by this process id")
+	o.Selectors.Register(fs, Help, "-1")
+	o.RegisterMatchers(fs)
+}
+
+// RegisterMatchers adds the flags that are not selectors (--process, --port,
+// --tcp, --udp), for commands whose selector flags serve other uses too.
+func (o *Options) RegisterMatchers(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Process, "process", "", "only connections whose process name matches this name or regular expression")
-	fs.IntVar(&o.Port, "port", 0, "only connections with this local or remote port")
+	fs.StringSliceVar(&o.Ports, "port", nil, "only connections with one of these local or remote ports (comma-separated or repeated)")
 	fs.BoolVar(&o.TCP, "tcp", false, "only TCP connections")
 	fs.BoolVar(&o.UDP, "udp", false, "only UDP flows")
-	fs.StringVar(&o.Cgroup, "cgroup", "", "only connections owned by processes in this cgroup v2 path or below it")
-	fs.StringVar(&o.Netns, "netns", "", "only connections in this network namespace: inode number, name under /run/netns, or path")
-	fs.StringVar(&o.Interface, "interface", "", "only connections whose local address belongs to this interface (in stacktop's namespace)")
 }
 
 // Filter selects records. The zero value (and nil) selects everything.
+// Within a list one value must match; every filter given must match.
 type Filter struct {
-	pid           uint32
-	process       *regexp.Regexp
-	port          uint16
-	tcp, udp      bool
-	cgroup        string
-	netns         uint32
-	ifaceAddrs    []netip.Addr
-	ifaceLoopback bool
-	ifaceSet      bool
+	pids     []uint32
+	process  *regexp.Regexp
+	ports    []uint16
+	tcp, udp bool
+	cgroups  []string
+	netns    uint32
+	netnsSet bool
+	ifaces   []ifaceAddrs
+}
+
+type ifaceAddrs struct {
+	addrs    []netip.Addr
+	loopback bool // a loopback device also owns all of 127.0.0.0/8 and ::1
 }
 
 // Compile validates the options; errors name the flag and value (exit 2).
 func (o *Options) Compile() (*Filter, error) {
-	f := &Filter{tcp: o.TCP || !o.UDP, udp: o.UDP || !o.TCP}
-	if o.PID < 0 || o.PID == 0 && o.changed("pid") {
-		return nil, clierr.Usage("pid", strconv.Itoa(o.PID), "must be a positive process id")
+	sel, err := o.Selectors.Parse()
+	if err != nil {
+		return nil, err
 	}
-	f.pid = uint32(o.PID)
+	return o.CompileWith(sel)
+}
+
+// CompileWith validates the matcher options and combines them with a
+// selection parsed elsewhere (serve shares -p/-c/-i/-n with its latency
+// probes).
+func (o *Options) CompileWith(sel selector.Selection) (*Filter, error) {
+	f := &Filter{tcp: o.TCP || !o.UDP, udp: o.UDP || !o.TCP, pids: sel.PIDs}
 	if o.Process != "" {
 		re, err := regexp.Compile(o.Process)
 		if err != nil {
@@ -73,30 +91,25 @@ func (o *Options) Compile() (*Filter, error) {
 		}
 		f.process = re
 	}
-	if o.Port < 0 || o.Port > 65535 || o.Port == 0 && o.changed("port") {
-		return nil, clierr.Usage("port", strconv.Itoa(o.Port), "must be between 1 and 65535")
-	}
-	f.port = uint16(o.Port)
-	if o.Cgroup != "" {
-		rel, err := cgroupPath(o.Cgroup)
-		if err != nil {
-			return nil, clierr.Usage("cgroup", o.Cgroup, "%v", err)
+	for _, p := range o.Ports {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return nil, clierr.Usage("port", p, "must be between 1 and 65535")
 		}
-		f.cgroup = rel
+		f.ports = append(f.ports, uint16(n))
 	}
-	if o.Netns != "" {
-		ino, err := netnsInode(o.Netns)
-		if err != nil {
-			return nil, clierr.Usage("netns", o.Netns, "%v", err)
-		}
-		f.netns = ino
+	for _, c := range sel.Cgroups {
+		f.cgroups = append(f.cgroups, c.Path)
 	}
-	if o.Interface != "" {
-		addrs, loopback, err := interfaceAddrs(o.Interface)
+	if !sel.Netns.All {
+		f.netns, f.netnsSet = uint32(sel.Netns.Inode), true
+	}
+	for _, ifc := range sel.Interfaces {
+		a, err := interfaceAddrs(ifc)
 		if err != nil {
-			return nil, clierr.Usage("interface", o.Interface, "%v", err)
+			return nil, clierr.Usage("interface", ifc.Name, "%v", err)
 		}
-		f.ifaceAddrs, f.ifaceLoopback, f.ifaceSet = addrs, loopback, true
+		f.ifaces = append(f.ifaces, a)
 	}
 	return f, nil
 }
@@ -110,8 +123,6 @@ func (f *Filter) Protocols() (tcp, udp bool) {
 	return f.tcp, f.udp
 }
 
-func (o *Options) changed(flag string) bool { return o.fs != nil && o.fs.Changed(flag) }
-
 // Match reports whether r passes every filter.
 func (f *Filter) Match(r *conn.Record) bool {
 	switch {
@@ -119,17 +130,17 @@ func (f *Filter) Match(r *conn.Record) bool {
 		return true
 	case r.Proto == "tcp" && !f.tcp, r.Proto == "udp" && !f.udp:
 		return false
-	case f.pid != 0 && r.PID != f.pid:
+	case len(f.pids) > 0 && !slices.Contains(f.pids, r.PID):
 		return false
 	case f.process != nil && !f.process.MatchString(r.Comm):
 		return false
-	case f.port != 0 && r.LocalPort != f.port && r.RemotePort != f.port:
+	case len(f.ports) > 0 && !slices.Contains(f.ports, r.LocalPort) && !slices.Contains(f.ports, r.RemotePort):
 		return false
-	case f.cgroup != "" && !underCgroup(r.Cgroup, f.cgroup):
+	case len(f.cgroups) > 0 && !slices.ContainsFunc(f.cgroups, func(c string) bool { return underCgroup(r.Cgroup, c) }):
 		return false
-	case f.netns != 0 && r.Netns != f.netns:
+	case f.netnsSet && r.Netns != f.netns:
 		return false
-	case f.ifaceSet && !f.onInterface(r.LocalAddr):
+	case len(f.ifaces) > 0 && !slices.ContainsFunc(f.ifaces, func(i ifaceAddrs) bool { return i.owns(r.LocalAddr) }):
 		return false
 	}
 	return true
@@ -139,61 +150,26 @@ func underCgroup(path, parent string) bool {
 	return parent == "/" || path == parent || strings.HasPrefix(path, parent+"/")
 }
 
-func (f *Filter) onInterface(a netip.Addr) bool {
+func (i ifaceAddrs) owns(a netip.Addr) bool {
 	a = a.Unmap()
-	if f.ifaceLoopback && a.IsLoopback() {
-		return true
-	}
-	return slices.Contains(f.ifaceAddrs, a)
+	return i.loopback && a.IsLoopback() || slices.Contains(i.addrs, a)
 }
 
-// cgroupPath checks that the cgroup exists and returns its path relative to
-// the v2 root, the form records carry.
-func cgroupPath(p string) (string, error) {
-	if _, err := cgroup.ID(p); err != nil {
-		return "", fmt.Errorf("no such cgroup v2 directory (%v)", err)
-	}
-	root, err := cgroup.Root()
+// interfaceAddrs returns the addresses of an interface.
+func interfaceAddrs(ifc selector.Interface) (ifaceAddrs, error) {
+	ni, err := net.InterfaceByIndex(ifc.Index)
 	if err != nil {
-		return "", err
+		return ifaceAddrs{}, fmt.Errorf("no such interface in this network namespace")
 	}
-	rel := filepath.Clean("/" + strings.TrimPrefix(p, root))
-	return rel, nil
-}
-
-// netnsInode accepts an inode number, a name under /run/netns or a path such
-// as /proc/PID/ns/net.
-func netnsInode(v string) (uint32, error) {
-	if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 0 {
-		return uint32(n), nil
-	}
-	path := v
-	if !strings.ContainsRune(v, '/') {
-		path = filepath.Join("/run/netns", v)
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, fmt.Errorf("no such network namespace (%v)", err)
-	}
-	return uint32(st.Ino), nil
-}
-
-// interfaceAddrs returns the addresses of an interface and whether it is a
-// loopback device, which also owns all of 127.0.0.0/8.
-func interfaceAddrs(name string) ([]netip.Addr, bool, error) {
-	ifi, err := net.InterfaceByName(name)
+	addrs, err := ni.Addrs()
 	if err != nil {
-		return nil, false, fmt.Errorf("no such interface in this network namespace")
+		return ifaceAddrs{}, fmt.Errorf("reading its addresses: %v", err)
 	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return nil, false, fmt.Errorf("reading its addresses: %v", err)
-	}
-	var out []netip.Addr
+	out := ifaceAddrs{loopback: ni.Flags&net.FlagLoopback != 0}
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr().Unmap())
+			out.addrs = append(out.addrs, p.Addr().Unmap())
 		}
 	}
-	return out, ifi.Flags&net.FlagLoopback != 0, nil
+	return out, nil
 }

@@ -50,14 +50,14 @@ func TestMatch(t *testing.T) {
 		{"nil", nil, true, true},
 		{"tcp", &Filter{tcp: true}, true, false},
 		{"udp", &Filter{udp: true}, false, true},
-		{"remote port", &Filter{tcp: true, udp: true, port: 53}, false, true},
-		{"local port", &Filter{tcp: true, udp: true, port: 8080}, true, false},
-		{"pid", &Filter{tcp: true, udp: true, pid: 20}, false, true},
-		{"cgroup subtree", &Filter{tcp: true, udp: true, cgroup: "/system.slice"}, true, true},
-		{"cgroup is not a name prefix", &Filter{tcp: true, udp: true, cgroup: "/system.slice/nginx"}, false, false},
-		{"netns", &Filter{tcp: true, udp: true, netns: 7}, true, false},
-		{"loopback interface", &Filter{tcp: true, udp: true, ifaceSet: true, ifaceLoopback: true}, true, false},
-		{"mapped address", &Filter{tcp: true, udp: true, ifaceSet: true, ifaceAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, false, true},
+		{"remote port", &Filter{tcp: true, udp: true, ports: []uint16{53}}, false, true},
+		{"local port", &Filter{tcp: true, udp: true, ports: []uint16{8080}}, true, false},
+		{"pid", &Filter{tcp: true, udp: true, pids: []uint32{20}}, false, true},
+		{"cgroup subtree", &Filter{tcp: true, udp: true, cgroups: []string{"/system.slice"}}, true, true},
+		{"cgroup is not a name prefix", &Filter{tcp: true, udp: true, cgroups: []string{"/system.slice/nginx"}}, false, false},
+		{"netns", &Filter{tcp: true, udp: true, netns: 7, netnsSet: true}, true, false},
+		{"loopback interface", &Filter{tcp: true, udp: true, ifaces: []ifaceAddrs{{loopback: true}}}, true, false},
+		{"mapped address", &Filter{tcp: true, udp: true, ifaces: []ifaceAddrs{{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}}}, false, true},
 	} {
 		if got := c.f.Match(&web); got != c.web {
 			t.Errorf("%s: Match(web) = %v", c.name, got)

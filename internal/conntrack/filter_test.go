@@ -14,6 +14,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
+	"github.com/stacktop/stacktop/internal/selector"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -84,16 +85,16 @@ func TestFilters(t *testing.T) {
 		{"tcp", connfilter.Options{TCP: true}, []role{"listener", "tcp-server", "tcp-client"}},
 		{"udp", connfilter.Options{UDP: true}, []role{"udp-server", "udp-server", "udp-client", "udp-client"}},
 		{"tcp and udp", connfilter.Options{TCP: true, UDP: true}, all},
-		{"port", connfilter.Options{Port: int(tcpPort)}, []role{"listener", "tcp-server", "tcp-client"}},
-		{"pid", connfilter.Options{PID: int(holder)}, []role{"tcp-client"}},
-		{"pid udp", connfilter.Options{PID: int(udpClient)}, []role{"udp-client", "udp-client"}},
+		{"port", connfilter.Options{Ports: []string{strconv.Itoa(int(tcpPort))}}, []role{"listener", "tcp-server", "tcp-client"}},
+		{"pid", connfilter.Options{Selectors: selector.Specs{PIDs: []string{strconv.Itoa(int(holder))}}}, []role{"tcp-client"}},
+		{"pid udp", connfilter.Options{Selectors: selector.Specs{PIDs: []string{strconv.Itoa(int(udpClient))}}}, []role{"udp-client", "udp-client"}},
 		{"process", connfilter.Options{Process: "^" + helperComm + "$"}, []role{"tcp-client", "udp-client", "udp-client"}},
 		{"process regexp", connfilter.Options{Process: "^stc-h.l"}, []role{"tcp-client", "udp-client", "udp-client"}},
-		{"cgroup", connfilter.Options{Cgroup: cgPath}, []role{"tcp-client"}},
-		{"netns", connfilter.Options{Netns: p.Name}, []role{"listener", "tcp-server", "udp-server", "udp-server"}},
-		{"interface", connfilter.Options{Interface: p.HostIf}, []role{"tcp-client", "udp-client", "udp-client"}},
-		{"combined", connfilter.Options{TCP: true, Netns: p.Name, Port: int(tcpPort)}, []role{"listener", "tcp-server"}},
-		{"disjoint", connfilter.Options{PID: int(holder), UDP: true}, nil},
+		{"cgroup", connfilter.Options{Selectors: selector.Specs{Cgroups: []string{cgPath}}}, []role{"tcp-client"}},
+		{"netns", connfilter.Options{Selectors: selector.Specs{Netns: p.Name}}, []role{"listener", "tcp-server", "udp-server", "udp-server"}},
+		{"interface", connfilter.Options{Selectors: selector.Specs{Interfaces: []string{p.HostIf}}}, []role{"tcp-client", "udp-client", "udp-client"}},
+		{"combined", connfilter.Options{TCP: true, Selectors: selector.Specs{Netns: p.Name}, Ports: []string{strconv.Itoa(int(tcpPort))}}, []role{"listener", "tcp-server"}},
+		{"disjoint", connfilter.Options{Selectors: selector.Specs{PIDs: []string{strconv.Itoa(int(holder))}}, UDP: true}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f, err := c.opts.Compile()
@@ -116,7 +117,7 @@ func TestFilters(t *testing.T) {
 	}
 
 	// The tracker applies its filter to everything it reports.
-	f, err := (&connfilter.Options{Port: int(udpPort), UDP: true}).Compile()
+	f, err := (&connfilter.Options{Ports: []string{strconv.Itoa(int(udpPort))}, UDP: true}).Compile()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 // DefaultUDPIdle is how long a UDP flow may stay silent before it is
@@ -56,6 +57,9 @@ type Config struct {
 	// DefaultMaxConnections. A socket or flow that finds its table full is
 	// counted in Snapshot's MapFull and not tracked.
 	MaxConnections int
+	// Pods names the pod and container of each record's cgroup before the
+	// filter sees it; nil names none.
+	Pods *kube.Resolver
 }
 
 // ValidMaxConnections reports why n cannot be a table size, or nil.
@@ -249,6 +253,7 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 			r.RateIn = float64(r.BytesIn-min(prev.in, r.BytesIn)) / elapsed
 			r.RateOut = float64(r.BytesOut-min(prev.out, r.BytesOut)) / elapsed
 		}
+		r.Names = t.cfg.Pods.Names(r.Cgroup)
 		if t.cfg.Filter.Match(r) {
 			snap.Records = append(snap.Records, *r)
 		}

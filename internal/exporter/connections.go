@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 // ConnSource yields connection snapshots. Each call returns every live
@@ -44,14 +45,16 @@ var rttBoundsMicros = func() [20]uint64 {
 // traffic of connections that closed between two scrapes is kept, and a
 // connection's totals are never counted twice.
 type Connections struct {
-	limit int // per-connection series to export; 0 exports none
+	limit     int // per-connection series to export; 0 exports none
+	maxGroups int // aggregates with series of their own; 0 is no limit
 
 	mu      sync.Mutex
 	last    map[connKey]counters // totals at the previous snapshot, per live connection
 	spare   map[connKey]counters // becomes last at the next snapshot
 	groups  map[groupKey]*group
-	open    map[openKey]int // live connections per state, from the latest snapshot
-	live    []conn.Record   // live connections of the latest snapshot, kept for per-connection series
+	folded  map[groupKey]time.Time // aggregates beyond maxGroups, counted in the other series; last active
+	open    map[openKey]int        // live connections per state, from the latest snapshot
+	live    []conn.Record          // live connections of the latest snapshot, kept for per-connection series
 	lost    uint64
 	mapFull uint64
 	err     error // the latest snapshot's error, reported at the next scrape
@@ -66,9 +69,28 @@ func NewConnections(perConnectionLimit int) *Connections {
 		last:   map[connKey]counters{},
 		spare:  map[connKey]counters{},
 		groups: map[groupKey]*group{},
+		folded: map[groupKey]time.Time{},
 		open:   map[openKey]int{},
 	}
 }
+
+// DefaultMaxSeries is how many (comm, cgroup, proto) aggregates get series
+// of their own unless --max-series says otherwise: far more than the
+// programs and containers of one host, far fewer than a local user can make
+// up by renaming processes.
+const DefaultMaxSeries = 1000
+
+// otherLabel is the comm and cgroup of the series that aggregates beyond
+// the limit are folded into. No cgroup path can be mistaken for it: paths
+// start with "/".
+const otherLabel = "other"
+
+// LimitSeries gives at most n (comm, cgroup, proto) aggregates series of
+// their own (0: no limit). Aggregates that appear beyond the limit are
+// counted in the series with comm and cgroup "other", and how many there are
+// in stacktop_folded_aggregates; when an aggregate expires, its place goes
+// to the next new one. Call it before the first Add.
+func (c *Connections) LimitSeries(n int) { c.maxGroups = n }
 
 // connKey identifies a connection across snapshots. The namespace is part of
 // it: containers reuse the same addresses, loopback above all.
@@ -78,7 +100,23 @@ type connKey struct {
 	local, remote netip.AddrPort
 }
 
-type groupKey struct{ comm, cgroup, proto string }
+// groupKey is an aggregate's identity. The pod's names follow from the
+// cgroup, so they add labels but not series.
+type groupKey struct {
+	comm, cgroup, proto string
+	pod                 kube.Names
+}
+
+// labels are the label values of groupLabels, or with proto false those of
+// the TCP-only series.
+func (k groupKey) labels(proto bool, more ...string) []string {
+	l := []string{k.comm, k.cgroup}
+	if proto {
+		l = append(l, k.proto)
+	}
+	l = append(l, more...)
+	return append(l, k.pod.Namespace, k.pod.Pod, k.pod.Container)
+}
 
 type openKey struct {
 	groupKey
@@ -184,7 +222,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	for i := range s.Records {
 		r := &s.Records[i]
 		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
-		gk := groupKey{r.Comm, r.Cgroup, r.Proto}
+		gk := c.groupKey(r, s.Time)
 		g := c.groups[gk]
 		if g == nil {
 			g = &group{}
@@ -220,10 +258,37 @@ func (c *Connections) Add(s conn.Snapshot) {
 			delete(c.groups, gk)
 		}
 	}
+	for gk, last := range c.folded {
+		if s.Time.Sub(last) > groupIdleTTL {
+			delete(c.folded, gk)
+		}
+	}
+}
+
+// groupKey returns the aggregate r counts in: its own, or, when the limit is
+// reached and r's has no series yet, the other series of its protocol.
+func (c *Connections) groupKey(r *conn.Record, now time.Time) groupKey {
+	gk := groupKey{r.Comm, r.Cgroup, r.Proto, r.Names}
+	if c.maxGroups == 0 || c.groups[gk] != nil {
+		return gk
+	}
+	own := len(c.groups)
+	for _, proto := range []string{"tcp", "udp"} {
+		if c.groups[groupKey{comm: otherLabel, cgroup: otherLabel, proto: proto}] != nil {
+			own--
+		}
+	}
+	if own < c.maxGroups {
+		delete(c.folded, gk)
+		return gk
+	}
+	c.folded[gk] = now
+	return groupKey{comm: otherLabel, cgroup: otherLabel, proto: r.Proto}
 }
 
 var (
-	groupLabels       = []string{"comm", "cgroup", "proto"}
+	podLabels         = []string{"namespace", "pod", "container"} // empty outside pods
+	groupLabels       = append([]string{"comm", "cgroup", "proto"}, podLabels...)
 	receivedBytesDesc = prometheus.NewDesc("stacktop_received_bytes_total",
 		"Bytes received by sockets, per process name, cgroup and protocol.", groupLabels, nil)
 	sentBytesDesc = prometheus.NewDesc("stacktop_sent_bytes_total",
@@ -238,21 +303,23 @@ var (
 		"Connections and UDP flows that ended while stacktop ran.", groupLabels, nil)
 	openDesc = prometheus.NewDesc("stacktop_open_connections",
 		"Live connections and UDP flows by state at the latest snapshot.",
-		[]string{"comm", "cgroup", "proto", "state"}, nil)
+		append([]string{"comm", "cgroup", "proto", "state"}, podLabels...), nil)
 	retransDesc = prometheus.NewDesc("stacktop_tcp_retransmits_total",
-		"TCP segments retransmitted.", []string{"comm", "cgroup"}, nil)
+		"TCP segments retransmitted.", append([]string{"comm", "cgroup"}, podLabels...), nil)
 	udpDropsDesc = prometheus.NewDesc("stacktop_udp_receive_drops_total",
 		"UDP datagrams that reached a socket and were dropped there (receive buffer full, socket memory).",
-		[]string{"comm", "cgroup"}, nil)
+		append([]string{"comm", "cgroup"}, podLabels...), nil)
 	rttDesc = prometheus.NewDesc("stacktop_tcp_rtt_seconds",
 		"Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.",
-		[]string{"comm", "cgroup"}, nil)
+		append([]string{"comm", "cgroup"}, podLabels...), nil)
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
 		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
+	foldedDesc = prometheus.NewDesc("stacktop_folded_aggregates",
+		`Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.`, nil, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
 		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
 
-	perConnLabels = []string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}
+	perConnLabels = append([]string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}, podLabels...)
 	connRecvDesc  = prometheus.NewDesc("stacktop_connection_received_bytes_total",
 		"Bytes received on one connection (only with --per-connection-series).", perConnLabels, nil)
 	connSentDesc = prometheus.NewDesc("stacktop_connection_sent_bytes_total",
@@ -266,7 +333,7 @@ var (
 func describeConnections(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
-		openDesc, retransDesc, udpDropsDesc, rttDesc, lostDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		openDesc, retransDesc, udpDropsDesc, rttDesc, lostDesc, foldedDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
 		connOmittedDesc,
 	} {
 		ch <- d
@@ -280,23 +347,25 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	for k, g := range c.groups {
-		counter(receivedBytesDesc, g.totals.bytesIn, k.comm, k.cgroup, k.proto)
-		counter(sentBytesDesc, g.totals.bytesOut, k.comm, k.cgroup, k.proto)
-		counter(receivedPacketsDesc, g.totals.packetsIn, k.comm, k.cgroup, k.proto)
-		counter(sentPacketsDesc, g.totals.packetsOut, k.comm, k.cgroup, k.proto)
-		counter(openedDesc, g.opened, k.comm, k.cgroup, k.proto)
-		counter(closedDesc, g.closed, k.comm, k.cgroup, k.proto)
+		labels := k.labels(true)
+		counter(receivedBytesDesc, g.totals.bytesIn, labels...)
+		counter(sentBytesDesc, g.totals.bytesOut, labels...)
+		counter(receivedPacketsDesc, g.totals.packetsIn, labels...)
+		counter(sentPacketsDesc, g.totals.packetsOut, labels...)
+		counter(openedDesc, g.opened, labels...)
+		counter(closedDesc, g.closed, labels...)
 		if k.proto == "tcp" {
-			counter(retransDesc, g.totals.retrans, k.comm, k.cgroup)
-			ch <- g.rtt.metric(k.comm, k.cgroup)
+			counter(retransDesc, g.totals.retrans, k.labels(false)...)
+			ch <- g.rtt.metric(k.labels(false)...)
 		} else {
-			counter(udpDropsDesc, g.totals.dropsIn, k.comm, k.cgroup)
+			counter(udpDropsDesc, g.totals.dropsIn, k.labels(false)...)
 		}
 	}
 	for k, n := range c.open {
-		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.comm, k.cgroup, k.proto, k.state)
+		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.labels(true, k.state)...)
 	}
 	counter(lostDesc, c.lost, "connections")
+	ch <- prometheus.MustNewConstMetric(foldedDesc, prometheus.GaugeValue, float64(len(c.folded)))
 	counter(mapFullDesc, c.mapFull, "connections")
 	if c.limit > 0 {
 		c.collectPerConnection(ch)
@@ -312,7 +381,9 @@ func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
 		buckets[float64(le)/1e6] = cumulative
 	}
 	count := cumulative + h.buckets[len(rttBoundsMicros)]
-	return prometheus.MustNewConstHistogram(rttDesc, count, float64(h.sumMicro)/1e6, buckets, labels...)
+	sum := float64(h.sumMicro) / 1e6
+	classic := prometheus.MustNewConstHistogram(rttDesc, count, sum, buckets, labels...)
+	return withNative(classic, rttBuckets, h.buckets[:], count, sum, labels)
 }
 
 // collectPerConnection exports the busiest live connections, by bytes moved.
@@ -326,7 +397,7 @@ func (c *Connections) collectPerConnection(ch chan<- prometheus.Metric) {
 	for _, r := range busiest {
 		labels := []string{r.Proto, r.LocalAddr.String(), strconv.Itoa(int(r.LocalPort)),
 			r.RemoteAddr.String(), strconv.Itoa(int(r.RemotePort)),
-			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup}
+			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container}
 		ch <- prometheus.MustNewConstMetric(connRecvDesc, prometheus.CounterValue, float64(r.BytesIn), labels...)
 		ch <- prometheus.MustNewConstMetric(connSentDesc, prometheus.CounterValue, float64(r.BytesOut), labels...)
 		if r.Proto == "tcp" {

@@ -52,7 +52,7 @@ func TestConnectionTotalsSurviveClose(t *testing.T) {
 	compare(t, e, `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 100
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 100
 `, "stacktop_received_bytes_total")
 
 	c.Add(snap(time.Second, tcp(1000, conn.Closed, 150, 300), tcp(1001, conn.New, 10, 20)))
@@ -60,22 +60,22 @@ stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 100
 	compare(t, e, `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 165
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 165
 # HELP stacktop_sent_bytes_total Bytes sent by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_sent_bytes_total counter
-stacktop_sent_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 325
+stacktop_sent_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 325
 # HELP stacktop_received_packets_total Packets (TCP segments, UDP datagrams) received, per process name, cgroup and protocol.
 # TYPE stacktop_received_packets_total counter
-stacktop_received_packets_total{cgroup="/user.slice",comm="curl",proto="tcp"} 1
+stacktop_received_packets_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 1
 # HELP stacktop_connections_opened_total Connections and UDP flows that started while stacktop ran.
 # TYPE stacktop_connections_opened_total counter
-stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",proto="tcp"} 2
+stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 2
 # HELP stacktop_connections_closed_total Connections and UDP flows that ended while stacktop ran.
 # TYPE stacktop_connections_closed_total counter
-stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",proto="tcp"} 1
+stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 1
 # HELP stacktop_open_connections Live connections and UDP flows by state at the latest snapshot.
 # TYPE stacktop_open_connections gauge
-stacktop_open_connections{cgroup="/user.slice",comm="curl",proto="tcp",state="ESTABLISHED"} 1
+stacktop_open_connections{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp",state="ESTABLISHED"} 1
 `, "stacktop_received_bytes_total", "stacktop_sent_bytes_total", "stacktop_received_packets_total",
 		"stacktop_connections_opened_total", "stacktop_connections_closed_total", "stacktop_open_connections")
 }
@@ -89,13 +89,13 @@ func TestConnectionOpenedAndClosedWithinOneInterval(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 4096
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 4096
 # HELP stacktop_connections_opened_total Connections and UDP flows that started while stacktop ran.
 # TYPE stacktop_connections_opened_total counter
-stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",proto="tcp"} 1
+stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 1
 # HELP stacktop_connections_closed_total Connections and UDP flows that ended while stacktop ran.
 # TYPE stacktop_connections_closed_total counter
-stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",proto="tcp"} 1
+stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 1
 `, "stacktop_received_bytes_total", "stacktop_connections_opened_total", "stacktop_connections_closed_total",
 		"stacktop_open_connections")
 }
@@ -113,13 +113,13 @@ func TestPartialConnectionCountsOnlyGrowth(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 700
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 700
 # HELP stacktop_connections_opened_total Connections and UDP flows that started while stacktop ran.
 # TYPE stacktop_connections_opened_total counter
-stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",proto="tcp"} 0
+stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 0
 # HELP stacktop_connections_closed_total Connections and UDP flows that ended while stacktop ran.
 # TYPE stacktop_connections_closed_total counter
-stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",proto="tcp"} 1
+stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 1
 `, "stacktop_received_bytes_total", "stacktop_connections_opened_total", "stacktop_connections_closed_total")
 }
 
@@ -135,7 +135,7 @@ func TestSameAddressesInTwoNamespaces(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 155
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 155
 `, "stacktop_received_bytes_total")
 }
 
@@ -151,8 +151,8 @@ func TestOwnerChangeMovesOnlyNewGrowth(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_received_bytes_total Bytes received by sockets, per process name, cgroup and protocol.
 # TYPE stacktop_received_bytes_total counter
-stacktop_received_bytes_total{cgroup="/user.slice",comm="bash",proto="tcp"} 100
-stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",proto="tcp"} 30
+stacktop_received_bytes_total{cgroup="/user.slice",comm="bash",container="",namespace="",pod="",proto="tcp"} 100
+stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 30
 `, "stacktop_received_bytes_total")
 }
 
@@ -267,29 +267,29 @@ func TestRTTHistogramAndLossCounters(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_tcp_rtt_seconds Smoothed RTT of TCP connections, sampled once per connection per snapshot interval and at close.
 # TYPE stacktop_tcp_rtt_seconds histogram
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="8e-06"} 1
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="1.6e-05"} 1
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="3.2e-05"} 1
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="6.4e-05"} 1
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.000128"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.000256"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.000512"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.001024"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.002048"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.004096"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.008192"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.016384"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.032768"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.065536"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.131072"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.262144"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="0.524288"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="1.048576"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="2.097152"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="4.194304"} 3
-stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",le="+Inf"} 3
-stacktop_tcp_rtt_seconds_sum{cgroup="/user.slice",comm="curl"} 0.000208
-stacktop_tcp_rtt_seconds_count{cgroup="/user.slice",comm="curl"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="8e-06"} 1
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="1.6e-05"} 1
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="3.2e-05"} 1
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="6.4e-05"} 1
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.000128"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.000256"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.000512"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.001024"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.002048"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.004096"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.008192"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.016384"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.032768"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.065536"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.131072"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.262144"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="0.524288"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="1.048576"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="2.097152"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="4.194304"} 3
+stacktop_tcp_rtt_seconds_bucket{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",le="+Inf"} 3
+stacktop_tcp_rtt_seconds_sum{cgroup="/user.slice",comm="curl",container="",namespace="",pod=""} 0.000208
+stacktop_tcp_rtt_seconds_count{cgroup="/user.slice",comm="curl",container="",namespace="",pod=""} 3
 # HELP stacktop_lost_events_total Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.
 # TYPE stacktop_lost_events_total counter
 stacktop_lost_events_total{source="connections"} 5
@@ -306,8 +306,8 @@ func TestPerConnectionSeriesAreLimited(t *testing.T) {
 	compare(t, connExporter(c), `
 # HELP stacktop_connection_received_bytes_total Bytes received on one connection (only with --per-connection-series).
 # TYPE stacktop_connection_received_bytes_total counter
-stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",local_addr="198.18.100.1",local_port="1001",pid="42",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 3000
-stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",local_addr="198.18.100.1",local_port="1002",pid="42",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 200
+stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",container="",local_addr="198.18.100.1",local_port="1001",namespace="",pid="42",pod="",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 3000
+stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",container="",local_addr="198.18.100.1",local_port="1002",namespace="",pid="42",pod="",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 200
 # HELP stacktop_connections_not_exported Live connections left out of the per-connection series by the limit.
 # TYPE stacktop_connections_not_exported gauge
 stacktop_connections_not_exported 1

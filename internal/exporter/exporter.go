@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/latency"
@@ -35,6 +36,11 @@ type Config struct {
 	// source was started with, so every series carries the same label names.
 	LatencyByIface  bool
 	LatencyByCgroup bool
+	// CompatEbpfExporter exports the latency histograms as
+	// ebpf_exporter_netstack_latency_seconds, exactly as ebpf_exporter does
+	// with netstacklat's configuration (docs/METRICS.md), instead of
+	// netstack_latency_seconds.
+	CompatEbpfExporter bool
 
 	Connections *Connections
 
@@ -57,6 +63,7 @@ type Exporter struct {
 
 	mu           sync.Mutex
 	programNames map[uint32]string // by program ID
+	cgroups      *cgroup.Resolver  // names cgroups for CompatEbpfExporter; nil without a v2 mount
 }
 
 // New returns an Exporter for cfg.
@@ -64,11 +71,16 @@ func New(cfg Config) *Exporter {
 	if cfg.BPFStatsEnabled == nil {
 		cfg.BPFStatsEnabled = sysctlBPFStatsEnabled
 	}
-	return &Exporter{
+	e := &Exporter{
 		cfg:          cfg,
 		latencyDesc:  latencyDesc(cfg.LatencyByIface, cfg.LatencyByCgroup),
 		programNames: map[uint32]string{},
 	}
+	if cfg.CompatEbpfExporter {
+		e.latencyDesc = ebpfExporterDesc
+		e.cgroups, _ = cgroup.NewResolver() // without one, ids stay unknown, as for ebpf_exporter
+	}
+	return e
 }
 
 var (

@@ -2,15 +2,17 @@ package exporter
 
 import (
 	"fmt"
+	"math"
+	"net"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/hist"
 )
 
-// latencyDesc names the histogram as netstacklat's ebpf_exporter
-// configuration does, so dashboards built for it work unchanged. The label
-// names are fixed for the process's lifetime by the grouping in use.
+// latencyDesc names stacktop's own histogram. The label names are fixed for
+// the process's lifetime by the grouping in use.
 func latencyDesc(byIface, byCgroup bool) *prometheus.Desc {
 	labels := []string{"hook"}
 	if byIface {
@@ -34,6 +36,44 @@ var latencyBounds = func() [hist.MaxSlot]float64 {
 	}
 	return b
 }()
+
+// ebpfExporterDesc is netstacklat's histogram as ebpf_exporter exports it
+// with netstacklat.yaml: the exporter's namespace prefixed to the map name,
+// and every label of the map key always present.
+var ebpfExporterDesc = prometheus.NewDesc("ebpf_exporter_netstack_latency_seconds",
+	"Latency for packets (skbs) to reach various points in the kernel network stack",
+	[]string{"cgroup", "iface", "hook"}, nil)
+
+// ebpfExporterBounds are ebpf_exporter's exp2 bucket bounds for
+// netstacklat.yaml (bucket_min 0, bucket_max 34, multiplier 1e-9): like
+// ours, plus a finite bound for the last kernel bucket, which also holds
+// every larger value it clamps.
+var ebpfExporterBounds = func() [hist.NBuckets]float64 {
+	var b [hist.NBuckets]float64
+	for i := range b {
+		b[i] = math.Exp2(float64(i)) * 0.000000001
+	}
+	return b
+}()
+
+// ebpfExporterLabels names a series' cgroup and interface as ebpf_exporter's
+// decoders do: the cgroup's absolute path in the file system (the cgroup
+// decoder walks /sys/fs/cgroup), "unknown_cgroup_id:<id>" for an id that is
+// 0 (not grouped) or gone; the interface's name, "unknown:<index>" for an
+// index that is 0 (not grouped) or gone.
+func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string) []string {
+	cgroupPath := fmt.Sprintf("unknown_cgroup_id:%d", s.CgroupID)
+	if s.CgroupID != 0 && e.cgroups != nil {
+		if p, ok := e.cgroups.Lookup(s.CgroupID); ok {
+			cgroupPath = strings.TrimSuffix(e.cgroups.Root()+p, "/")
+		}
+	}
+	iface, ok := ifaces[s.Ifindex]
+	if !ok {
+		iface = fmt.Sprintf("unknown:%d", s.Ifindex)
+	}
+	return []string{cgroupPath, iface, s.Hook}
+}
 
 var latencyPacketsDesc = prometheus.NewDesc("stacktop_latency_packets_total",
 	"Packets each latency hook saw, by outcome: recorded, or the reason they were not (see docs/METRICS.md).",
@@ -60,6 +100,20 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(mapFullDesc, prometheus.CounterValue, float64(mapFull), "latency")
+	if e.cfg.CompatEbpfExporter {
+		ifaces := map[uint32]string{}
+		if ifcs, err := net.Interfaces(); err == nil {
+			for _, ifc := range ifcs {
+				ifaces[uint32(ifc.Index)] = ifc.Name
+			}
+		}
+		for _, s := range series {
+			// The sum as ebpf_exporter computes it, to the last bit.
+			sum := float64(s.Hist.Sum) * 0.000000001
+			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces))
+		}
+		return nil
+	}
 	for _, s := range series {
 		labels := []string{s.Hook}
 		if e.cfg.LatencyByIface {
@@ -68,20 +122,23 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		if e.cfg.LatencyByCgroup {
 			labels = append(labels, s.Cgroup)
 		}
-		ch <- latencyHistogram(e.latencyDesc, &s.Hist, labels)
+		sum := float64(s.Hist.Sum) / 1e9
+		classic := cumulativeHistogram(e.latencyDesc, &s.Hist, latencyBounds[:], sum, labels)
+		ch <- withNative(classic, nanosecondBuckets, s.Hist.Buckets[:], s.Hist.Count(), sum, labels)
 	}
 	return nil
 }
 
-// latencyHistogram converts per-bucket nanosecond counts into a Prometheus
-// histogram: cumulative counts per upper bound in seconds, sum in seconds.
-func latencyHistogram(desc *prometheus.Desc, h *hist.Histogram, labels []string) prometheus.Metric {
-	buckets := make(map[float64]uint64, len(latencyBounds))
+// cumulativeHistogram converts per-bucket nanosecond counts into a
+// Prometheus histogram: cumulative counts per upper bound in seconds (the
+// buckets beyond bounds count only in +Inf) and the sum, in seconds.
+func cumulativeHistogram(desc *prometheus.Desc, h *hist.Histogram, bounds []float64, sum float64, labels []string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(bounds))
 	var cumulative uint64
-	for i, le := range latencyBounds {
+	for i, le := range bounds {
 		cumulative += h.Buckets[i]
 		buckets[le] = cumulative
 	}
-	count := cumulative + h.Buckets[hist.MaxSlot]
-	return prometheus.MustNewConstHistogram(desc, count, float64(h.Sum)/1e9, buckets, labels...)
+	count := h.Count()
+	return prometheus.MustNewConstHistogram(desc, count, sum, buckets, labels...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/latency"
+	"github.com/stacktop/stacktop/internal/promweb"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -102,6 +103,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	}
 	ch := make(chan *prometheus.Desc, 100)
 	New(Config{}).Describe(ch)
+	promweb.Describe(ch) // served beside the exporter by stacktop serve
 	close(ch)
 	name := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for d := range ch {

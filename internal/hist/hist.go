@@ -50,10 +50,14 @@ func (h *Histogram) Add(o *Histogram) {
 }
 
 // Series is one histogram with the labels it is reported under; Iface and
-// Cgroup are empty unless grouping by them is on.
+// Cgroup are empty unless grouping by them is on. Ifindex and CgroupID are
+// what the kernel reported them as (0 when not grouped), for exports that
+// name them their own way.
 type Series struct {
-	Hook   string
-	Iface  string
-	Cgroup string
-	Hist   Histogram
+	Hook     string
+	Iface    string
+	Cgroup   string
+	Ifindex  uint32
+	CgroupID uint64
+	Hist     Histogram
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // attachment is a loaded program attached wherever it needs to be; several
@@ -198,9 +200,9 @@ func (s *netnsScope) members() map[uint64]string {
 	case OwnNetns:
 		return map[uint64]string{s.own: "/proc/self/ns/net"}
 	case AllNetns:
-		return namespaces()
+		return selector.Namespaces()
 	}
-	if p, ok := namespaces()[uint64(s.mode)]; ok {
+	if p, ok := selector.Namespaces()[uint64(s.mode)]; ok {
 		return map[uint64]string{uint64(s.mode): p}
 	}
 	return nil

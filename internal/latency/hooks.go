@@ -66,6 +66,11 @@ func ParseHook(name string) (Hook, error) {
 // HookSet is a set of hooks, a bit per hook.
 type HookSet uint32
 
+// NetfilterHooks are the hooks whose tracepoint backend is a netfilter link:
+// attaching one needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter another
+// network namespace.
+const NetfilterHooks HookSet = 1<<IPStart | 1<<TCPStart | 1<<UDPStart
+
 // AllHooks contains every hook.
 const AllHooks HookSet = 1<<numHooks - 1
 

@@ -15,7 +15,6 @@ import (
 
 type latencyEnqueuedTail struct {
 	_      structs.HostLayout
-	Sk     uint64
 	Skb    uint64
 	Tstamp int64
 }

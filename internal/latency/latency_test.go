@@ -57,6 +57,32 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 		}
 		t.Logf("IPv%d: %v", f, counts(got))
 	}
+	checkRecordedCounters(t, tr)
+}
+
+// checkRecordedCounters: the "recorded" debug counter of every hook is the
+// number of samples in its histograms (the programs do not count them, user
+// space sums the buckets), read between two reads of the histograms.
+func checkRecordedCounters(t *testing.T, tr *Tracer) {
+	t.Helper()
+	before := totals(t, tr)
+	counters, err := tr.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := totals(t, tr)
+	recorded := map[string]uint64{}
+	for _, c := range counters {
+		if c.Reason == Reasons[reasonRecorded] {
+			recorded[c.Hook] = c.Count
+		}
+	}
+	for _, h := range Hooks {
+		lo, hi, n := before.of(h).Count(), after.of(h).Count(), recorded[h.String()]
+		if n < lo || n > hi || hi == 0 {
+			t.Errorf("%s: recorded counter %d, histograms %d then %d samples", h, n, lo, hi)
+		}
+	}
 }
 
 func counts(m hookHists) map[string]uint64 {
@@ -586,4 +612,45 @@ func (a *netfilterAttachment) has(inode uint64) bool {
 	defer a.mu.Unlock()
 	_, ok := a.inNS[inode]
 	return ok
+}
+
+// TestOnlyTheEnabledProbesProgramsAttach: a probe enabled alone attaches
+// exactly the programs Programs lists for the backend it got (what -l
+// shows), so `-e tcp-socket-read` pays for nothing else.
+func TestOnlyTheEnabledProbesProgramsAttach(t *testing.T) {
+	for _, h := range Hooks {
+		t.Run(h.String(), func(t *testing.T) {
+			tr := start(t, Config{Hooks: HookSet(0).With(h)})
+			var want []string
+			for _, p := range Programs(h, tr.Choices()[0].Backend) {
+				if _, ok := tr.attached[p.Name]; ok || !ipv6Programs[p.Name] {
+					want = append(want, p.Name)
+				}
+			}
+			slices.Sort(want)
+			if got := slices.Sorted(maps.Keys(tr.attached)); !slices.Equal(got, want) {
+				t.Errorf("attached %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestEveryProgramIsPlanned: every program of the object implements some
+// probe on some backend and says on what event it runs.
+func TestEveryProgramIsPlanned(t *testing.T) {
+	spec, err := loadLatency()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range spec.Programs {
+		planned := false
+		for _, plan := range []map[Hook][]string{fentryPlan, tracepointPlan} {
+			for _, progs := range plan {
+				planned = planned || slices.Contains(progs, name)
+			}
+		}
+		if !planned || programRuns[name] == "" {
+			t.Errorf("program %s: in a plan %v, runs per %q", name, planned, programRuns[name])
+		}
+	}
 }

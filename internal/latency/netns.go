@@ -3,31 +3,13 @@ package latency
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-)
 
-// namespaces maps the inode of every network namespace that a process or a
-// bind mount under /run/netns keeps alive to a path that opens it.
-func namespaces() map[uint64]string {
-	found := map[uint64]string{}
-	paths, _ := filepath.Glob("/run/netns/*")
-	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
-	for _, p := range append(paths, procs...) {
-		var st unix.Stat_t
-		var fs unix.Statfs_t
-		// a name under /run/netns whose mount is gone is a plain file
-		if unix.Statfs(p, &fs) == nil && fs.Type == unix.NSFS_MAGIC && unix.Stat(p, &st) == nil {
-			if _, ok := found[st.Ino]; !ok {
-				found[st.Ino] = p
-			}
-		}
-	}
-	return found
-}
+	"github.com/stacktop/stacktop/internal/selector"
+)
 
 // ownNetns returns the inode of the namespace we run in.
 func ownNetns() (uint64, error) {
@@ -36,13 +18,6 @@ func ownNetns() (uint64, error) {
 		return 0, fmt.Errorf("own network namespace: %w", err)
 	}
 	return st.Ino, nil
-}
-
-// NetnsExists reports whether a network namespace with this inode is alive
-// (held by a process or a bind mount under /run/netns).
-func NetnsExists(inode uint64) bool {
-	_, ok := namespaces()[inode]
-	return ok
 }
 
 // inNetns runs fn on an OS thread switched into the namespace at path and
@@ -90,7 +65,7 @@ func inNetns(path string, fn func() error) (netns.NsHandle, error) {
 var errNoNetns = errors.New("no network namespace with this inode")
 
 func netnsPath(inode uint64) (string, error) {
-	if p, ok := namespaces()[inode]; ok {
+	if p, ok := selector.Namespaces()[inode]; ok {
 		return p, nil
 	}
 	return "", fmt.Errorf("%w: %d", errNoNetns, inode)

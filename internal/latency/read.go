@@ -72,7 +72,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	var out []keyedSeries
 	var ifaces map[uint32]string // fetched once, on the first grouped series
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
-		s := hist.Series{Hook: Hook(key.Hook).String()}
+		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
 				s.Hist.Buckets[i] += v.Slots[i]
@@ -90,26 +90,8 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		}
 		out = append(out, keyedSeries{key, s})
 	}
-	var key latencyHistKey
-	var perCPU []latencyHistValue
-	it := t.maps["hists"].Iterate()
-	for it.Next(&key, &perCPU) {
-		add(key, perCPU)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading histograms: %w", err)
-	}
-	// Ungrouped, every hook has its histogram from the start: show only
-	// those with samples, as the grouped ones appear with their first.
-	var hook uint32
-	it = t.maps["hook_hists"].Iterate()
-	for it.Next(&hook, &perCPU) {
-		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
-			add(latencyHistKey{Hook: uint16(hook)}, perCPU)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("reading histograms: %w", err)
+	if err := t.eachHist(add); err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].key, out[j].key
@@ -128,6 +110,32 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	return series, nil
 }
 
+// eachHist calls fn with every histogram's per-CPU copies; the caller holds
+// mapsMu. Ungrouped, every hook has its histogram from the start: only those
+// with samples are passed, as the grouped ones appear with their first.
+func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
+	var key latencyHistKey
+	var perCPU []latencyHistValue
+	it := t.maps["hists"].Iterate()
+	for it.Next(&key, &perCPU) {
+		fn(key, perCPU)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading histograms: %w", err)
+	}
+	var hook uint32
+	it = t.maps["hook_hists"].Iterate()
+	for it.Next(&hook, &perCPU) {
+		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
+			fn(latencyHistKey{Hook: uint16(hook)}, perCPU)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading histograms: %w", err)
+	}
+	return nil
+}
+
 // ReasonHistFull names the counter of samples lost for want of room in the
 // histogram map.
 const ReasonHistFull = "hist_full"
@@ -137,6 +145,9 @@ const ReasonHistFull = "hist_full"
 var Reasons = []string{"recorded", "no_stamp", "future_stamp", "delivery_time", ReasonHistFull,
 	"hol_blocked", "fifo_full", "read_untracked"}
 
+// reasonRecorded is REASON_RECORDED, the first of Reasons.
+const reasonRecorded = 0
+
 // Counter is one debug counter: how many packets a hook saw for a reason.
 type Counter struct {
 	Hook   string `json:"hook"`
@@ -144,13 +155,26 @@ type Counter struct {
 	Count  uint64 `json:"count"`
 }
 
-// Counters returns the non-zero debug counters since Start.
+// Counters returns the non-zero debug counters since Start. The programs do
+// not count recorded samples (a per-CPU line less per sample): "recorded" is
+// the samples in the hook's histograms.
 func (t *Tracer) Counters() ([]Counter, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
 	m := t.maps["counters"]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
+	}
+	var recorded [numHooks]uint64
+	err := t.eachHist(func(key latencyHistKey, perCPU []latencyHistValue) {
+		for _, v := range perCPU {
+			for _, n := range v.Slots[:hist.NBuckets] {
+				recorded[key.Hook] += n
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	var out []Counter
 	for _, h := range Hooks {
@@ -162,6 +186,9 @@ func (t *Tracer) Counters() ([]Counter, error) {
 			var n uint64
 			for _, v := range perCPU {
 				n += v
+			}
+			if r == reasonRecorded {
+				n = recorded[h]
 			}
 			if n > 0 {
 				out = append(out, Counter{Hook: h.String(), Reason: reason, Count: n})

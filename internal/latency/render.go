@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // barWidth is the width of the histogram bars in text output.
@@ -22,10 +23,10 @@ func WriteText(w io.Writer, ts time.Time, series []hist.Series) error {
 	for _, s := range series {
 		b.WriteString(s.Hook)
 		if s.Iface != "" {
-			fmt.Fprintf(&b, ", interface=%s", s.Iface)
+			fmt.Fprintf(&b, ", interface=%s", termsafe.String(s.Iface))
 		}
 		if s.Cgroup != "" {
-			fmt.Fprintf(&b, ", cgroup=%s", s.Cgroup)
+			fmt.Fprintf(&b, ", cgroup=%s", termsafe.String(s.Cgroup))
 		}
 		b.WriteString(":\n")
 		writeBuckets(&b, &s.Hist)

@@ -46,3 +46,16 @@ func TestTextShowsRangesCountsAndAverage(t *testing.T) {
 		t.Errorf("%d lines, want a row per bucket from the first to the last non-empty one:\n%s", n, out)
 	}
 }
+
+// A cgroup or interface named by a local user is escaped in text output.
+func TestTextEscapesNames(t *testing.T) {
+	var b bytes.Buffer
+	var h hist.Histogram
+	h.Buckets[1] = 1
+	if err := WriteText(&b, time.Unix(0, 0), []hist.Series{{Hook: "tcp-socket-read", Iface: "v\x1b[2J", Cgroup: "/a\nb", Hist: h}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.Contains(out, "\x1b") || !strings.Contains(out, `interface=v\x1b[2J, cgroup=/a\nb:`) {
+		t.Errorf("names not escaped:\n%q", out)
+	}
+}

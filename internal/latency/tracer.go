@@ -49,6 +49,43 @@ var tracepointPlan = map[Hook][]string{
 	UDPSocketRead:     {"tp_sk_data_ready", "tp_sock_recv_length"},
 }
 
+// programRuns says, per program, on what event it runs: what each probe
+// costs per packet, for -l and docs/LATENCY.md.
+var programRuns = map[string]string{
+	"fentry_ip_rcv_core":             "IPv4 packet",
+	"fentry_ip6_rcv_core":            "IPv6 packet",
+	"fentry_tcp_v4_rcv":              "IPv4 TCP segment",
+	"fentry_tcp_v6_rcv":              "IPv6 TCP segment",
+	"fentry_udp_rcv":                 "IPv4 UDP datagram",
+	"fentry_udpv6_rcv":               "IPv6 UDP datagram",
+	"fexit_tcp_queue_rcv":            "TCP segment queued",
+	"fexit_udp_enqueue_schedule_skb": "UDP datagram queued",
+	"fentry_tcp_recv_timestamp":      "stamped TCP read",
+	"fentry_skb_consume_udp":         "UDP read",
+	"nf_ip_start":                    "packet",
+	"nf_l4_start":                    "packet delivered locally",
+	"tp_sk_data_ready":               "socket wakeup",
+	"tp_skb_copy_datagram_iovec":     "skb read",
+	"tp_sock_recv_length":            "read",
+}
+
+// Program is one BPF program of a probe and the event it runs on; a program
+// serving several probes runs once for all of them.
+type Program struct {
+	Name    string `json:"name"`
+	RunsPer string `json:"runs_per"`
+}
+
+// Programs lists the programs that implement h on backend b.
+func Programs(h Hook, b features.Backend) []Program {
+	plan := map[features.Backend]map[Hook][]string{features.FentryBE: fentryPlan, features.Tracepoint: tracepointPlan}[b]
+	var out []Program
+	for _, name := range plan[h] {
+		out = append(out, Program{Name: name, RunsPer: programRuns[name]})
+	}
+	return out
+}
+
 // backendIDs are the BACKEND_* values of the BPF program: a hook records
 // samples only in programs of the backend it chose.
 var backendIDs = map[features.Backend]uint32{features.Tracepoint: 1, features.FentryBE: 2}

@@ -1,17 +1,11 @@
 package output
 
 import (
-	"bufio"
 	"encoding/csv"
-	"errors"
 	"io"
-	"io/fs"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 )
 
@@ -25,7 +19,7 @@ const csvTime = "2006-01-02T15:04:05.000Z07:00"
 // Header is the CSV header row of --format csv and --log. lost and map_full
 // are the cumulative loss counters at that refresh, repeated on each row.
 var Header = []string{"ts", "event", "proto", "family", "local_addr", "local_port", "remote_addr",
-	"remote_port", "pid", "comm", "cgroup", "netns", "state", "bytes_in", "bytes_out", "packets_in",
+	"remote_port", "pid", "comm", "cgroup", "namespace", "pod", "container", "netns", "state", "bytes_in", "bytes_out", "packets_in",
 	"packets_out", "drops_in", "rate_in", "rate_out", "rtt_us", "retrans", "partial", "lost", "map_full"}
 
 // CSV writes one row per connection per refresh.
@@ -51,7 +45,7 @@ func (c *CSV) Write(s conn.Snapshot) error {
 	for _, r := range s.Records {
 		row := []string{ts, string(r.Event), r.Proto, strconv.Itoa(r.Family),
 			r.LocalAddr.String(), u(uint64(r.LocalPort)), r.RemoteAddr.String(), u(uint64(r.RemotePort)),
-			u(uint64(r.PID)), r.Comm, r.Cgroup, u(uint64(r.Netns)), r.State,
+			u(uint64(r.PID)), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container, u(uint64(r.Netns)), r.State,
 			u(r.BytesIn), u(r.BytesOut), u(r.PacketsIn), u(r.PacketsOut), u(r.DropsIn),
 			strconv.FormatFloat(r.RateIn, 'f', 1, 64), strconv.FormatFloat(r.RateOut, 'f', 1, 64),
 			u(uint64(r.RTTus)), u(uint64(r.Retrans)), strconv.FormatBool(r.Partial),
@@ -62,61 +56,4 @@ func (c *CSV) Write(s conn.Snapshot) error {
 	}
 	c.w.Flush()
 	return c.w.Error()
-}
-
-// Log is a CSV file that --log appends to.
-type Log struct {
-	*CSV
-	f *os.File
-}
-
-// CheckLog validates a --log path without creating anything: the file must
-// be absent, empty, or start with our header. Errors are usage errors.
-func CheckLog(path string) error {
-	_, err := logHasHeader(path)
-	return err
-}
-
-// OpenLog opens path for appending, writing the header only into a new or
-// empty file. A file with another first line is refused (exit 2): the log
-// never destroys or mixes data.
-func OpenLog(path string) (*Log, error) {
-	hasHeader, err := logHasHeader(path)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, clierr.Usage("log", path, "cannot open for appending: %v", err)
-	}
-	return &Log{CSV: NewCSV(f, !hasHeader), f: f}, nil
-}
-
-// Close closes the file.
-func (l *Log) Close() error { return l.f.Close() }
-
-// logHasHeader reports whether path already starts with Header.
-func logHasHeader(path string) (bool, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, clierr.Usage("log", path, "cannot read: %v", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		return false, clierr.Usage("log", path, "not a regular file")
-	}
-	first, err := bufio.NewReader(f).ReadString('\n')
-	if err == io.EOF && first == "" {
-		return false, nil
-	}
-	if err != nil && err != io.EOF {
-		return false, clierr.Usage("log", path, "cannot read: %v", err)
-	}
-	if want := strings.Join(Header, ","); strings.TrimRight(first, "\r\n") != want {
-		return false, clierr.Usage("log", path, "exists and does not start with the stacktop CSV header; refusing to append")
-	}
-	return true, nil
 }

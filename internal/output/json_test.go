@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 // TestJSONMatchesEncodingJSON holds the hand-written appender to the bytes
@@ -35,6 +36,10 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 	add(func(r *conn.Record) { r.Comm = "a\"b\\c\n\t\r\b\f\x01\x1f<>&\x7f" })
 	add(func(r *conn.Record) { r.Comm = "caf\u00e9 \u2028\u2029 \xff\xfe end" })
 	add(func(r *conn.Record) { r.Cgroup = "/system.slice/nginx.service" })
+	add(func(r *conn.Record) {
+		r.Cgroup = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-1.scope"
+		r.Names = kube.Names{Namespace: "shop", Pod: "web-7c5f9d8b4-x2x9q", Container: "nginx"}
+	})
 	add(func(r *conn.Record) {
 		r.PID, r.Netns, r.RTTus, r.Retrans = math.MaxUint32, math.MaxUint32, math.MaxUint32, 7
 		r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut = math.MaxUint64, 0, 1, math.MaxUint64-1

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // Writer writes one snapshot (one refresh).
@@ -58,15 +59,18 @@ func (t *Text) Write(s conn.Snapshot) error {
 func TextLine(r *conn.Record) string {
 	owner := "-"
 	if r.PID != 0 {
-		owner = fmt.Sprintf("%d/%s", r.PID, r.Comm)
+		owner = fmt.Sprintf("%d/%s", r.PID, termsafe.String(r.Comm))
 	}
 	line := fmt.Sprintf("%s %s %s > %s %-11s %-22s in %s (%s) out %s (%s) pkts %d/%d rtt %s retrans %d cgroup %s",
 		r.TS.Format("15:04:05"), r.Proto, hostPort(r.LocalAddr.String(), r.LocalPort),
 		hostPort(r.RemoteAddr.String(), r.RemotePort), r.State, owner,
 		Bytes(r.BytesIn), Rate(r.RateIn), Bytes(r.BytesOut), Rate(r.RateOut),
-		r.PacketsIn, r.PacketsOut, rtt(r.RTTus), r.Retrans, orDash(r.Cgroup))
+		r.PacketsIn, r.PacketsOut, rtt(r.RTTus), r.Retrans, orDash(termsafe.String(r.Cgroup)))
 	if r.Proto == "udp" {
 		line += fmt.Sprintf(" drops %d", r.DropsIn)
+	}
+	if r.Pod != "" {
+		line += fmt.Sprintf(" pod %s/%s/%s", termsafe.String(r.Namespace), termsafe.String(r.Pod), orDash(termsafe.String(r.Container)))
 	}
 	switch r.Event {
 	case conn.New:
@@ -94,7 +98,12 @@ func orDash(s string) string {
 	return s
 }
 
+// rtt renders a smoothed RTT; 0 means the kernel has no estimate (UDP, or
+// a TCP socket that never exchanged data) and shows as "-", as in the TUI.
 func rtt(us uint32) string {
+	if us == 0 {
+		return "-"
+	}
 	if us < 1000 {
 		return fmt.Sprintf("%dus", us)
 	}

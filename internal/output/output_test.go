@@ -43,6 +43,17 @@ func TestTextMarksEventsAndLosses(t *testing.T) {
 	}
 }
 
+// UDP has no RTT: stream text shows "-", as the TUI does, not "0us".
+func TestTextRTT(t *testing.T) {
+	for rttUS, want := range map[uint32]string{0: " rtt - ", 212: " rtt 212us ", 12_400: " rtt 12.4ms "} {
+		r := snapshot().Records[0]
+		r.RTTus = rttUS
+		if line := TextLine(&r); !strings.Contains(line, want) {
+			t.Errorf("rtt %d: %q lacks %q", rttUS, line, want)
+		}
+	}
+}
+
 func TestCSVRowsShareTheRefreshTime(t *testing.T) {
 	var b bytes.Buffer
 	if err := New("csv", &b).Write(snapshot()); err != nil {

@@ -1,9 +1,12 @@
 // Package privilege decides, before any BPF object is created, whether the
-// process may load and attach our programs.
+// process holds the capabilities the chosen hooks need, and names those it
+// lacks. Root is not enough on its own: a container's root may have dropped
+// them, and then the kernel would refuse halfway through start-up.
 package privilege
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,32 +14,57 @@ import (
 	"github.com/stacktop/stacktop/internal/clierr"
 )
 
-// Capability bit numbers from linux/capability.h.
+// Cap is a capability bit number from linux/capability.h.
+type Cap uint
+
+// The capabilities stacktop's hooks need.
 const (
-	capNetAdmin = 12
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
+	NetAdmin Cap = 12 // netfilter links, cgroup_skb programs
+	SysAdmin Cap = 21 // entering other network namespaces; stands in for BPF and PERFMON before 5.8
+	Perfmon  Cap = 38 // tracing programs (tp_btf, raw_tp, fentry)
+	BPF      Cap = 39 // creating maps and loading programs
 )
 
-// Check returns clierr.ErrPrivileges unless the process runs as root or holds
-// CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN stands in for both on old kernels).
-// needNetAdmin adds CAP_NET_ADMIN, which netfilter links and TC need.
-func Check(needNetAdmin bool) error {
-	if os.Geteuid() == 0 {
-		return nil
-	}
-	caps, err := effective()
+var capNames = map[Cap]string{NetAdmin: "CAP_NET_ADMIN", SysAdmin: "CAP_SYS_ADMIN", Perfmon: "CAP_PERFMON", BPF: "CAP_BPF"}
+
+func (c Cap) String() string { return capNames[c] }
+
+// Need is one capability beyond loading tracing programs, and what for.
+type Need struct {
+	Cap Cap
+	Why string // e.g. "to attach cgroup_skb programs"
+}
+
+// Check returns a *clierr.PrivilegeError (exit 77) naming every capability
+// the process lacks: always CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, which
+// implies both), and each of needs.
+func Check(needs ...Need) error {
+	eff, err := effective()
 	if err != nil {
-		return clierr.ErrPrivileges
+		return fmt.Errorf("reading our capabilities: %w", err)
 	}
-	has := func(bit uint) bool { return caps&(1<<bit) != 0 }
-	ok := (has(capBPF) && has(capPerfmon)) || has(capSysAdmin)
-	if needNetAdmin && !has(capNetAdmin) {
-		ok = false
+	return missing(eff, needs)
+}
+
+func missing(eff uint64, needs []Need) error {
+	has := func(c Cap) bool { return eff&(1<<c) != 0 }
+	var lack []string
+	if !has(SysAdmin) && !(has(BPF) && has(Perfmon)) {
+		var want []string
+		for _, c := range []Cap{BPF, Perfmon} {
+			if !has(c) {
+				want = append(want, c.String())
+			}
+		}
+		lack = append(lack, strings.Join(want, " and ")+" (to load BPF programs; CAP_SYS_ADMIN also does)")
 	}
-	if !ok {
-		return clierr.ErrPrivileges
+	for _, n := range needs {
+		if !has(n.Cap) {
+			lack = append(lack, fmt.Sprintf("%s (%s)", n.Cap, n.Why))
+		}
+	}
+	if len(lack) > 0 {
+		return &clierr.PrivilegeError{Missing: lack, Root: os.Geteuid() == 0}
 	}
 	return nil
 }
@@ -54,5 +82,8 @@ func effective() (uint64, error) {
 			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
 		}
 	}
-	return 0, s.Err()
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("/proc/self/status has no CapEff line")
 }

@@ -13,9 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
@@ -33,7 +35,13 @@ type Options struct {
 	ListenAddresses []string
 	TelemetryPath   string
 	ConfigFile      string
+	SystemdSocket   bool
+	MaxConnections  int
 }
+
+// DefaultMaxConnections is how many HTTP connections serve holds at most: a
+// few Prometheus servers and curls need a handful; the file limit is far.
+const DefaultMaxConnections = 64
 
 // Register adds the flags to fs.
 func (o *Options) Register(fs *pflag.FlagSet) {
@@ -42,6 +50,10 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TelemetryPath, "web.telemetry-path", "/metrics", "path under which metrics are served")
 	fs.StringVar(&o.ConfigFile, "web.config.file", "",
 		"exporter-toolkit web configuration file enabling TLS and/or basic auth (see docs/METRICS.md)")
+	fs.BoolVar(&o.SystemdSocket, "web.systemd-socket", false,
+		"use the sockets systemd passes (socket activation) instead of --web.listen-address")
+	fs.IntVar(&o.MaxConnections, "web.max-connections", DefaultMaxConnections,
+		"HTTP connections held at most; at the limit a new one closes the longest-idle one")
 }
 
 // hostname matches a syntactically valid DNS name; anything else that is not
@@ -58,6 +70,9 @@ func (o *Options) Validate() error {
 	}
 	if !strings.HasPrefix(o.TelemetryPath, "/") {
 		return clierr.Usage("web.telemetry-path", o.TelemetryPath, "must start with /")
+	}
+	if o.MaxConnections < 1 || o.MaxConnections > 1<<16 {
+		return clierr.Usage("web.max-connections", strconv.Itoa(o.MaxConnections), "must be between 1 and 65536")
 	}
 	if err := web.Validate(o.ConfigFile); err != nil {
 		return clierr.Usage("web.config.file", o.ConfigFile, "%v", err)
@@ -83,6 +98,16 @@ func validateAddress(a string) error {
 // port already in use is reported at once. Failures exit 1: the input is
 // valid, the machine is not ready for it.
 func (o *Options) Listen() ([]net.Listener, error) {
+	if o.SystemdSocket {
+		ls, err := activation.Listeners()
+		if err != nil {
+			return nil, fmt.Errorf("--web.systemd-socket: %w", err)
+		}
+		if len(ls) == 0 {
+			return nil, errors.New("--web.systemd-socket: systemd passed no socket (is a stacktop.socket unit active?)")
+		}
+		return ls, nil
+	}
 	var ls []net.Listener
 	for _, a := range o.ListenAddresses {
 		l, err := net.Listen("tcp", a)
@@ -100,39 +125,107 @@ func (o *Options) Listen() ([]net.Listener, error) {
 	return ls, nil
 }
 
-// Serve answers on ls until ctx ends, then shuts down gracefully. reg is
-// served at the telemetry path in the Prometheus text format or, when the
-// scraper asks for it, OpenMetrics; "/" links to it.
-func (o *Options) Serve(ctx context.Context, ls []net.Listener, reg *prometheus.Registry, version string) error {
+// Timeouts of the HTTP server. A scrape is one small GET: its headers and
+// body arrive at once, so a client that takes longer is stuck or hostile.
+// Keep-alive connections stay open for two of Prometheus's default one-minute
+// scrape intervals; the connection limit, not this, protects against many.
+const (
+	readTimeout  = 10 * time.Second
+	writeTimeout = time.Minute // encoding a large scrape to a slow reader
+	idleTimeout  = 2 * time.Minute
+)
+
+// Server serves one registry, with the landing page and the health
+// endpoints of every Prometheus exporter.
+type Server struct {
+	opts  *Options
+	reg   *prometheus.Registry
+	ready atomic.Bool
+	limit *connLimit
+	srv   *http.Server
+}
+
+// NewServer prepares a server for reg; version is shown on the landing page.
+// /-/ready answers 503 until SetReady is called.
+func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, error) {
+	s := &Server{opts: o, reg: reg, limit: newConnLimit(o.MaxConnections)}
+	if err := reg.Register(s.limit.closed); err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle(o.TelemetryPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		EnableOpenMetrics: true,
 		// A source that fails is reported in stacktop_scrape_error; the
 		// rest of the scrape is still worth serving.
-		ErrorHandling:       promhttp.ContinueOnError,
-		ErrorLog:            slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
-		MaxRequestsInFlight: 8,
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
+		// No MaxRequestsInFlight: concurrent scrapes wait for each other
+		// (the exporter reads the kernel maps for one at a time) instead of
+		// getting 503; the connection limit bounds how many can wait.
 	})))
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "Healthy")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "Not ready: the BPF programs are not attached yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "Ready")
+	})
 	if o.TelemetryPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "stacktop",
 			Description: "eBPF network stack latency and per-process connection metrics",
 			Version:     version,
-			Links:       []web.LandingLinks{{Address: o.TelemetryPath, Text: "Metrics"}},
+			Links: []web.LandingLinks{
+				{Address: o.TelemetryPath, Text: "Metrics"},
+				{Address: "/-/healthy", Text: "Health"},
+				{Address: "/-/ready", Text: "Readiness"},
+			},
 		})
 		if err != nil {
-			return fmt.Errorf("landing page: %w", err)
+			return nil, fmt.Errorf("landing page: %w", err)
 		}
 		mux.Handle("/", landing)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = mux
+	if o.ConfigFile != "" {
+		if n, err := basicAuthUsers(o.ConfigFile); err != nil {
+			return nil, clierr.Usage("web.config.file", o.ConfigFile, "%v", err)
+		} else if n > 0 {
+			handler = requireAuth(o.ConfigFile, mux)
+		}
+	}
+	s.srv = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ConnState:         s.limit.track,
+	}
+	return s, nil
+}
+
+// SetReady makes /-/ready answer 200: the BPF programs are attached.
+func (s *Server) SetReady() { s.ready.Store(true) }
+
+// Serve answers on ls until ctx ends, then shuts down gracefully. The
+// registry is served at the telemetry path in the Prometheus text format or,
+// when the scraper asks for it, OpenMetrics; "/" links to it.
+func (s *Server) Serve(ctx context.Context, ls []net.Listener) error {
+	limited := make([]net.Listener, len(ls))
+	for i, l := range ls {
+		limited[i] = s.limit.listener(l)
+	}
 	flags := &web.FlagConfig{
-		WebListenAddresses: &o.ListenAddresses,
-		WebSystemdSocket:   new(bool),
-		WebConfigFile:      &o.ConfigFile,
+		WebListenAddresses: &s.opts.ListenAddresses,
+		WebSystemdSocket:   &s.opts.SystemdSocket,
+		WebConfigFile:      &s.opts.ConfigFile,
 	}
 	done := make(chan error, 1)
-	go func() { done <- web.ServeMultiple(ls, srv, flags, slog.Default()) }()
+	go func() { done <- web.ServeMultiple(limited, s.srv, flags, slog.Default()) }()
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve metrics: %w", err)
@@ -140,7 +233,7 @@ func (o *Options) Serve(ctx context.Context, ls []net.Listener, reg *prometheus.
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := s.srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shut down metrics server: %w", err)
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {

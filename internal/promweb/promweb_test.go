@@ -46,6 +46,7 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		{"garbage host", Options{ListenAddresses: []string{"not a host:9877"}}, `host "not a host"`},
 		{"second address bad", Options{ListenAddresses: []string{":9877", "[::1:9877"}}, `"[::1:9877"`},
 		{"relative path", Options{TelemetryPath: "metrics"}, `--web.telemetry-path "metrics": must start with /`},
+		{"no connections", Options{MaxConnections: -1}, `--web.max-connections "-1": must be between 1 and 65536`},
 		{"config missing", Options{ConfigFile: "/nonexistent/web.yml"}, "no such file"},
 		{"config not yaml", Options{ConfigFile: writeFile(t, "web.yml", "basic_auth_users: [oops")}, "--web.config.file"},
 		{"config unknown key", Options{ConfigFile: writeFile(t, "web.yml", "basic_auth_user:\n  a: b\n")}, "basic_auth_user"},
@@ -61,6 +62,9 @@ func TestValidateRejectsBadInput(t *testing.T) {
 			if o.TelemetryPath == "" {
 				o.TelemetryPath = "/metrics"
 			}
+			if o.MaxConnections == 0 {
+				o.MaxConnections = DefaultMaxConnections
+			}
 			err := o.Validate()
 			if clierr.Code(err) != clierr.ExitUsage {
 				t.Fatalf("Validate() = %v (exit %d), want a usage error (exit 2)", err, clierr.Code(err))
@@ -74,7 +78,7 @@ func TestValidateRejectsBadInput(t *testing.T) {
 
 func TestValidateAcceptsGoodInput(t *testing.T) {
 	for _, a := range []string{"127.0.0.1:9877", "[::1]:9877", ":9877", "0.0.0.0:0", "localhost:9877", "node-1.example.:80"} {
-		o := Options{ListenAddresses: []string{a}, TelemetryPath: "/metrics"}
+		o := Options{ListenAddresses: []string{a}, TelemetryPath: "/metrics", MaxConnections: DefaultMaxConnections}
 		if err := o.Validate(); err != nil {
 			t.Errorf("%s: %v", a, err)
 		}
@@ -97,9 +101,19 @@ func TestPortInUseIsAFailureNamingTheAddress(t *testing.T) {
 // serve starts the server on a free loopback port and returns its address.
 func serve(t *testing.T, o Options) string {
 	t.Helper()
+	addr, _ := serveReady(t, o)
+	return addr
+}
+
+// serveReady is serve that also returns the server, to make it ready.
+func serveReady(t *testing.T, o Options) (string, *Server) {
+	t.Helper()
 	o.ListenAddresses = []string{"127.0.0.1:0"}
 	if o.TelemetryPath == "" {
 		o.TelemetryPath = "/metrics"
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
@@ -111,16 +125,20 @@ func serve(t *testing.T, o Options) string {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stacktop_test_value", Help: "A test value."},
 		func() float64 { return 42 }))
+	srv, err := o.NewServer(reg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- o.Serve(ctx, ls, reg, "test") }()
+	go func() { done <- srv.Serve(ctx, ls) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return ls[0].Addr().String()
+	return ls[0].Addr().String(), srv
 }
 
 func get(t *testing.T, client *http.Client, url string, header http.Header) (int, http.Header, string) {

@@ -20,23 +20,46 @@ import (
 )
 
 // Seconds is a duration flag that also accepts a bare number of seconds, as
-// netstacklat's -r does ("-r 5" and "-r 500ms" both work).
+// netstacklat's -r does ("-r 5" and "-r 500ms" both work), bounded as
+// netstacklat bounds it.
 type Seconds time.Duration
+
+// The bounds of an interval: below 10 ms the reports are noise (and cost),
+// above a day nobody waits for them.
+const (
+	MinInterval = 10 * time.Millisecond
+	MaxInterval = 24 * time.Hour
+)
 
 func (s *Seconds) String() string { return time.Duration(*s).String() }
 func (s *Seconds) Type() string   { return "duration" }
 
-// Set parses "5", "0.5" or any Go duration ("250ms", "1m").
+// Set parses "5", "0.5" or any Go duration ("250ms", "1m") within the bounds.
 func (s *Seconds) Set(v string) error {
+	var d time.Duration
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		*s = Seconds(time.Duration(f * float64(time.Second)))
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
+		// Checked as a float: NaN, Inf and 1e20 would not survive the
+		// conversion to a Duration.
+		if !(f >= MinInterval.Seconds() && f <= MaxInterval.Seconds()) {
+			return errInterval
+		}
+		d = time.Duration(f * float64(time.Second))
+	} else if d, err = time.ParseDuration(v); err != nil {
 		return fmt.Errorf("not a number of seconds or a duration like 500ms")
 	}
+	if err := checkInterval(time.Duration(d)); err != nil {
+		return err
+	}
 	*s = Seconds(d)
+	return nil
+}
+
+var errInterval = fmt.Errorf("must be from %g to %g seconds (%v to %v)", MinInterval.Seconds(), MaxInterval.Seconds(), MinInterval, MaxInterval)
+
+func checkInterval(d time.Duration) error {
+	if d < MinInterval || d > MaxInterval {
+		return errInterval
+	}
 	return nil
 }
 
@@ -63,8 +86,8 @@ func (o *Options) Register(fs *pflag.FlagSet, intervalShort string, def time.Dur
 
 // Validate checks the values; errors name the flag and value (exit 2).
 func (o *Options) Validate() error {
-	if o.Interval <= 0 {
-		return clierr.Usage("interval", o.Interval.String(), "must be positive")
+	if err := checkInterval(time.Duration(o.Interval)); err != nil {
+		return clierr.Usage("interval", o.Interval.String(), "%v", err)
 	}
 	if o.Count < 0 {
 		return clierr.Usage("count", strconv.Itoa(o.Count), "must not be negative")

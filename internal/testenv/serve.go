@@ -13,6 +13,21 @@ func (p *Peer) ServeTCP(t testing.TB, addr string, handle func(net.Conn)) *net.T
 	if err := p.Do(func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatalf("listening on %s in %s: %v", addr, p.Name, err)
 	}
+	return serve(t, l, handle)
+}
+
+// ServeLoopbackTCP is ServeTCP on 127.0.0.1 in our own namespace, with a
+// port of the kernel's choosing.
+func ServeLoopbackTCP(t testing.TB, handle func(net.Conn)) *net.TCPListener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, l, handle)
+}
+
+func serve(t testing.TB, l net.Listener, handle func(net.Conn)) *net.TCPListener {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // ColumnID is a column's stable name, the one --sort accepts.
@@ -30,6 +31,7 @@ const (
 	ColRetrans    ColumnID = "retrans"
 	ColDropsIn    ColumnID = "drops-in"
 	ColCgroup     ColumnID = "cgroup"
+	ColPod        ColumnID = "pod"
 	ColConns      ColumnID = "conns"
 )
 
@@ -89,6 +91,15 @@ func formattedColumn[T uint32 | uint64 | float64](id ColumnID, title, key string
 
 func with(c *column, f func(*column)) *column { f(c); return c }
 
+// podText is "namespace/pod/container" ("-" for an unknown container), or
+// "-" outside pods.
+func podText(r *Row) string {
+	if r.Pod == "" {
+		return "-"
+	}
+	return termsafe.String(r.Namespace + "/" + r.Pod + "/" + orDash(r.Container))
+}
+
 var columns = func() map[ColumnID]*column {
 	bytes := func(v uint64) string { return humanBytes(float64(v)) }
 	local := func(r *Row) (netip.Addr, uint16) { return r.LocalAddr, r.LocalPort }
@@ -106,7 +117,7 @@ var columns = func() map[ColumnID]*column {
 		}),
 		with(textColumn(ColProcess, "Process", "n", func(r *Row) string { return r.Comm }), func(c *column) {
 			c.minWidth, c.maxWidth = 7, 16
-			c.text = func(r *Row) string { return orDash(r.Comm) }
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.Comm)) }
 		}),
 		textColumn(ColState, "State", "s", func(r *Row) string { return r.State }),
 		formattedColumn(ColRateIn, "Rate In", "r", rateWidth, func(r *Row) float64 { return r.RateIn }, humanRate),
@@ -120,8 +131,9 @@ var columns = func() map[ColumnID]*column {
 		counterColumn(ColDropsIn, "Drops In", "", func(r *Row) uint64 { return r.DropsIn }),
 		with(textColumn(ColCgroup, "Cgroup", "", func(r *Row) string { return r.Cgroup }), func(c *column) {
 			c.minWidth, c.maxWidth, c.cut = 8, 60, cutHead
-			c.text = func(r *Row) string { return orDash(r.Cgroup) }
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.Cgroup)) }
 		}),
+		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
 	}
 	byID := make(map[ColumnID]*column, len(all))
@@ -192,8 +204,8 @@ var (
 	connView = &view{
 		name:     "connections",
 		columns:  []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT},
-		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColCgroup},
-		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn, ColCgroup, ColProto},
+		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColPod, ColCgroup},
+		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup, ColProto},
 		tieBreak: func(a, b *Row) int {
 			return cmp.Or(cmp.Compare(a.Proto, b.Proto),
 				columns[ColLocal].compare(a, b), columns[ColRemote].compare(a, b),
@@ -203,8 +215,8 @@ var (
 	processView = &view{
 		name:     "processes",
 		columns:  []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut},
-		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColCgroup},
-		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColDropsIn, ColCgroup},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColPod, ColCgroup},
+		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup},
 		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
 	}
 )

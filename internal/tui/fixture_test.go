@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/kube"
 )
 
 var fixtureTime = time.Date(2026, 11, 30, 8, 15, 42, 0, time.UTC)
@@ -50,6 +51,8 @@ func fixture() conn.Snapshot {
 			r.RateIn, r.RateOut, r.RTTus = 8_192, 1_024, 31
 		}),
 		with(rec("tcp", "127.0.0.1", 5432, "127.0.0.1", 49822, 1190, "postgres", "ESTABLISHED"), func(r *conn.Record) {
+			r.Cgroup = "/kubepods/pod2fc932ce-fdcc-454b-97bd-aadfdeb4c340/aaefb9d8feed"
+			r.Names = kube.Names{Namespace: "db", Pod: "postgres-0", Container: "postgres"}
 			r.Partial = true
 			r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut = 1_024, 8_192, 4, 4
 			r.RateIn, r.RateOut, r.RTTus = 1_024, 8_192, 28

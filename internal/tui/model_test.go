@@ -55,6 +55,9 @@ var sortExpectations = map[ColumnID]func(a, b conn.Record) int{
 	ColRetrans:    func(a, b conn.Record) int { return cmp.Compare(a.Retrans, b.Retrans) },
 	ColDropsIn:    func(a, b conn.Record) int { return cmp.Compare(a.DropsIn, b.DropsIn) },
 	ColCgroup:     func(a, b conn.Record) int { return strings.Compare(a.Cgroup, b.Cgroup) },
+	ColPod: func(a, b conn.Record) int {
+		return strings.Compare(podText(&Row{Record: a}), podText(&Row{Record: b}))
+	},
 }
 
 func compareEndpoint(a netip.Addr, ap uint16, b netip.Addr, bp uint16) int {
@@ -236,7 +239,7 @@ func TestColumnToggle(t *testing.T) {
 	}
 	m := newFixtureModel(t, 250, 40)
 	base := []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}
-	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColCgroup)
+	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColPod, ColCgroup)
 	if got := ids(m); !slices.Equal(got, base) {
 		t.Fatalf("default columns %v, want %v", got, base)
 	}
@@ -245,7 +248,7 @@ func TestColumnToggle(t *testing.T) {
 		t.Fatalf("after c: %v, want %v", got, extra)
 	}
 	press(m, "g")
-	procExtra := []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColCgroup}
+	procExtra := []ColumnID{ColPID, ColProcess, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColPod, ColCgroup}
 	if got := ids(m); !slices.Equal(got, procExtra) {
 		t.Fatalf("per-process with extras: %v, want %v", got, procExtra)
 	}

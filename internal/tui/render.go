@@ -7,6 +7,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // KeyHelp documents every key. The `?` overlay and `stacktop top --help`
@@ -44,7 +45,7 @@ func (m *Model) Render(t *Theme) string {
 
 func (m *Model) summary(t *Theme) []string {
 	h := m.header
-	left := fmt.Sprintf("stacktop · %s · kernel %s · %s backend · every %s", h.Host, h.Kernel, h.Backend, h.Interval)
+	left := fmt.Sprintf("stacktop · %s · kernel %s · %s backend · every %s", termsafe.String(h.Host), h.Kernel, h.Backend, h.Interval)
 	right := "waiting for the first refresh"
 	if m.received {
 		right = m.snap.Time.Format("15:04:05")

@@ -126,3 +126,26 @@ func compareGolden(t *testing.T, name, got string) {
 		t.Errorf("screen differs from %s (run with -update after an intended change)\n--- got:\n%s\n--- want:\n%s", path, got, want)
 	}
 }
+
+// TestHostileNamesEscaped: a process that names itself "ev\nX\x1b[31m" (or
+// sits in a cgroup so named) must neither split a row nor reach the
+// terminal as an escape sequence, in the per-connection and per-process views.
+func TestHostileNamesEscaped(t *testing.T) {
+	const hostile = "ev\nX\x1b[31m"
+	for _, keys := range [][]string{{"c"}, {"g", "c"}} {
+		s := fixture()
+		s.Records[0].Comm, s.Records[0].Cgroup = hostile, "/evil\x1b]0;pwned\x07"
+		m := NewModel(fixtureHeader, Sort{})
+		m.Resize(200, 20)
+		m.Update(s)
+		press(m, keys...)
+		got := m.Render(PlainTheme())
+		checkScreen(t, got, 200, 20)
+		if strings.ContainsAny(got, "\x1b\x07") {
+			t.Errorf("keys %v: raw control characters reach the terminal:\n%q", keys, got)
+		}
+		if !strings.Contains(got, `ev\nX\x1b[31m`) || !strings.Contains(got, `\x1b]0;pwned\a`) {
+			t.Errorf("keys %v: the escaped names are not shown:\n%s", keys, got)
+		}
+	}
+}

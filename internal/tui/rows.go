@@ -24,7 +24,7 @@ func newRow(r conn.Record) Row {
 	}
 	row.search = strings.ToLower(strings.Join([]string{
 		row.Local, row.Remote, r.LocalAddr.Unmap().String(), r.RemoteAddr.Unmap().String(),
-		pidText(r.PID), r.Comm, r.Cgroup,
+		pidText(r.PID), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container,
 	}, " "))
 	return row
 }
@@ -38,13 +38,13 @@ func newRows(recs []conn.Record) []Row {
 }
 
 // matches reports whether the row contains needle (already lower-cased) in
-// its addresses, ports, PID, process name or cgroup.
+// its addresses, ports, PID, process name, cgroup or pod names.
 func (r *Row) matches(needle string) bool {
 	return needle == "" || strings.Contains(r.search, needle)
 }
 
 // perProcess sums rows by PID; the rows are already filtered, so the sums
-// are of the connections the filter selected. A process's name and cgroup are those of its
+// are of the connections the filter selected. A process's name, cgroup and pod are those of its
 // first row; RTT is the worst (highest) of its connections, because an
 // average would hide the one slow peer a person is looking for.
 func perProcess(rows []*Row) []Row {
@@ -55,7 +55,7 @@ func perProcess(rows []*Row) []Row {
 		if !ok {
 			i = len(out)
 			byPID[r.PID] = i
-			out = append(out, Row{Record: conn.Record{PID: r.PID, Comm: r.Comm, Cgroup: r.Cgroup, Event: conn.Update}})
+			out = append(out, Row{Record: conn.Record{PID: r.PID, Comm: r.Comm, Cgroup: r.Cgroup, Names: r.Names, Event: conn.Update}})
 		}
 		p := &out[i]
 		p.Conns += r.Conns

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/testenv"
+)
+
+// startServe runs `stacktop serve args...` on a free loopback port until the
+// test ends, waits until /-/ready says the programs are attached and returns
+// the base URL.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	argv := append([]string{"stacktop", "serve", "--web.listen-address", addr,
+		"--backend", string(testenv.Backend(t))}, args...)
+	go func() { done <- run(ctx, argv, io.Discard, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve %v: exit %d: %s", args, code, stderr.String())
+		}
+	})
+	url := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url
+			}
+		}
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("serve %v exited %d before it was ready: %s", args, code, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve %v: not ready after 30s: %s", args, stderr.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d, %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
+// sinkServer accepts TCP connections on loopback and reads them to the end,
+// until the test ends.
+func sinkServer(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return l
+}
+
+// seriesOf returns the exposition lines of one metric name.
+func seriesOf(body, name string) []string {
+	var out []string
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+// The hooks serve attached, from stacktop_probe_backend_info.
+func attachedHooks(body string) []string {
+	var hooks []string
+	for _, line := range seriesOf(body, "stacktop_probe_backend_info") {
+		_, rest, _ := strings.Cut(line, `hook="`)
+		hook, _, _ := strings.Cut(rest, `"`)
+		hooks = append(hooks, hook)
+	}
+	return hooks
+}
+
+// serve attaches by default only the socket-read latency probes, the
+// others one --latency.probes away, and the collector toggles leave out
+// what is switched off: not attached, not exported.
+func TestServeProbeSetAndCollectors(t *testing.T) {
+	cases := []struct {
+		args       []string
+		hooks      string // attached, sorted as exported
+		connPrefix bool   // connection metrics exported
+	}{
+		{nil, "sock-recv,sock-send,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-socket-read", true},
+		{[]string{"--no-collector.connections", "--latency.probes", "udp-start,tcp-start"}, "tcp-start,udp-start", false},
+		{[]string{"--collector.latency=false"}, "sock-recv,sock-send,tcp-state,udp-egress,udp-ingress", true},
+		{[]string{"--no-collector.connections", "-d", "ip-start"}, "tcp-socket-enqueued,tcp-socket-read,tcp-start,udp-socket-enqueued,udp-socket-read,udp-start", false},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			body := scrape(t, startServe(t, c.args...))
+			if got := strings.Join(attachedHooks(body), ","); got != c.hooks {
+				t.Errorf("attached %s, want %s", got, c.hooks)
+			}
+			if got := len(seriesOf(body, "stacktop_folded_aggregates")) > 0; got != c.connPrefix {
+				t.Errorf("connection metrics exported: %v, want %v", got, c.connPrefix)
+			}
+		})
+	}
+}
+
+// Thousands of distinct process names (one thread renaming itself before
+// each connection, as any local user can) give at most --max-series
+// aggregates their own series; the rest are counted in comm="other" and in
+// stacktop_folded_aggregates.
+func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
+	const names, limit, payload = 3000, 50, 10
+	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--max-series", strconv.Itoa(limit))
+	l := sinkServer(t)
+	errs := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the renamed thread ends with the goroutine
+		for i := range names {
+			name, _ := unix.BytePtrFromString(fmt.Sprintf("stm-%05d", i))
+			if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+				errs <- err
+				return
+			}
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				errs <- err
+				return
+			}
+			c.Write(make([]byte, payload))
+			c.Close()
+		}
+		errs <- nil
+	}()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body = scrape(t, url)
+		folded := seriesOf(body, "stacktop_folded_aggregates")
+		if len(folded) == 1 {
+			n, _ := strconv.ParseFloat(strings.Fields(folded[0])[1], 64)
+			if n >= names-limit {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stacktop_folded_aggregates %v after 10s, want at least %d", folded, names-limit)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sent := seriesOf(body, "stacktop_sent_bytes_total")
+	if len(sent) > limit+1 {
+		t.Errorf("%d stacktop_sent_bytes_total series, want at most %d and other", len(sent), limit)
+	}
+	var ours float64 // bytes of the renamed thread, in own series and in other
+	for _, line := range sent {
+		if strings.Contains(line, `comm="stm-`) || strings.Contains(line, `comm="other"`) {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			ours += v
+		}
+	}
+	if ours < names*payload {
+		t.Errorf("sent bytes of the renamed thread in own and other series: %v, want at least %d", ours, names*payload)
+	}
+	t.Logf("%d names: %d sent-bytes series, scrape %d bytes", names, len(sent), len(body))
+}
+
+// --web.systemd-socket serves on the socket systemd passes (LISTEN_FDS, fd 3
+// on, for this pid) and ignores --web.listen-address.
+func TestServeSystemdSocket(t *testing.T) {
+	testenv.RequireRoot(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := l.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// exec keeps the shell's pid, which is what LISTEN_PID must name.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, testenv.Binary(t),
+		"serve", "--web.systemd-socket", "--web.listen-address", "127.0.0.1:1", "--no-collector.connections",
+		"--backend", string(testenv.Backend(t)), "--duration", "60s")
+	cmd.ExtraFiles = []*os.File{f}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	client := &http.Client{Timeout: 2 * time.Second} // an unserved socket would hang
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("http://" + l.Addr().String() + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready on the passed socket after 30s (%v): %s", err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
