@@ -58,6 +58,8 @@ func TestLatencyBadInput(t *testing.T) {
 		{[]string{"-n", "-2"}, `invalid --netns "-2"`},
 		{[]string{"-n", "12345"}, `invalid --netns "12345": no network namespace with this inode`},
 		{[]string{"-q", "70000"}, `invalid --min-queuelength "70000"`},
+		{[]string{"-P", "-e", "ip-start,tcp-socket-enqueued"}, `invalid --group-by-process: groups the socket-read probes only, and neither tcp-socket-read nor udp-socket-read is enabled (enabled: ip-start,tcp-socket-enqueued)`},
+		{[]string{"-P", "-d", "tcp-socket-read,udp-socket-read"}, `invalid --group-by-process: groups the socket-read probes only, and neither tcp-socket-read nor udp-socket-read is enabled (enabled: ip-start,tcp-start,udp-start,tcp-socket-enqueued,udp-socket-enqueued)`},
 		{[]string{"--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"--format", "csv"}, `invalid --format "csv"`},
 		{[]string{"-e", "udp-start", "-r", "1"}, "stacktop needs CAP_BPF and CAP_PERFMON (to load BPF programs; CAP_SYS_ADMIN also does) and CAP_NET_ADMIN"},
