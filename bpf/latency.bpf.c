@@ -335,20 +335,19 @@ static __always_inline __u32 slot_of(__u64 v)
 }
 
 /*
- * hist_of finds, or makes, the histogram a sample of hook belongs to. in_task:
+ * grouped_hist_of finds, or makes, the histogram a sample of hook belongs to
+ * when grouping (the ungrouped ones are in hook_hists, by hook). in_task:
  * the hook runs in the reading task's context (socket reads); elsewhere the
  * current task is whoever softirq processing interrupted, so the process
  * stays 0 there.
  */
-static __always_inline struct hist_value *hist_of(__u32 hook, const struct stamp *s, __u64 cgroup,
-						  bool in_task)
+static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const struct stamp *s, __u64 cgroup,
+							  bool in_task)
 {
 	struct hist_key key = { .hook = hook };
 	struct hist_value *h, *empty;
 	__u32 zero = 0;
 
-	if (!group_by_ifindex && !group_by_cgroup && !group_by_process)
-		return bpf_map_lookup_elem(&hook_hists, &hook);
 	if (group_by_ifindex)
 		key.ifindex = s->ifindex;
 	if (group_by_cgroup)
@@ -385,7 +384,10 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 		return;
 	}
 	lat = now - s->tstamp;
-	h = hist_of(hook, s, cgroup, in_task);
+	if (!group_by_ifindex && !group_by_cgroup && !group_by_process)
+		h = bpf_map_lookup_elem(&hook_hists, &hook);
+	else
+		h = grouped_hist_of(hook, s, cgroup, in_task);
 	if (!h)
 		return;
 	/* No REASON_RECORDED increment: the histogram's buckets count the
