@@ -186,15 +186,12 @@ func TestLatencySignalsDetachEverything(t *testing.T) {
 			}
 			// the kernel frees programs after an RCU grace period, so
 			// they may outlive the process by a moment
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				left := stillLoaded(t, progs, links)
-				if len(left) == 0 {
-					break
+			testenv.Eventually(t, 5*time.Second, "the run's programs and links unloaded after exit", func() error {
+				if left := stillLoaded(t, progs, links); len(left) > 0 {
+					return fmt.Errorf("%v still loaded", left)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("5s after exit, %v of the run are still loaded", left)
-				}
-			}
+				return nil
+			})
 		})
 	}
 }
