@@ -475,7 +475,7 @@ func TestNativeHistogramsEndToEnd(t *testing.T) {
 			continue // the heatmap reads classic buckets only (docs/METRICS.md)
 		}
 		for server, addr := range map[string]string{"classic": s.promAddr, "native": native} {
-			eventually(t, 10*time.Second, where+" on the "+server+" server", func() error {
+			testenv.Eventually(t, 10*time.Second, where+" on the "+server+" server", func() error {
 				res, err := query(addr, "count("+expr+")") // a native result has no float value
 				if err == nil && len(res) == 0 {
 					err = errors.New("no result")
