@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/exec"
 	"slices"
 	"time"
@@ -99,7 +98,7 @@ func firstReport(ctx context.Context, env tool.Env, name string) (time.Duration,
 	if name == "serve" {
 		// serve listens before it loads its programs: /-/ready says when
 		// they are attached.
-		go func() { reported <- pollReady(ctx, "http://"+env.ServeAddr.String()+"/-/ready") }()
+		go func() { reported <- tool.PollReady(ctx, "http://"+env.ServeAddr.String()+"/-/ready") }()
 	} else {
 		go func() {
 			_, err := stdout.Read(make([]byte, 1))
@@ -146,20 +145,4 @@ func trickleUDP(ctx context.Context, interval time.Duration) (stop func(), err e
 	}()
 	stopSending := periodic.Start(ctx, interval, func() { _, _ = tx.Write([]byte("stacktop-bench")) })
 	return func() { stopSending(); tx.Close(); rx.Close() }, nil
-}
-
-func pollReady(ctx context.Context, url string) error {
-	client := &http.Client{Timeout: time.Second}
-	for ctx.Err() == nil {
-		resp, err := client.Get(url)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return ctx.Err()
 }

@@ -33,7 +33,7 @@ enum reason {
 	REASON_NO_STAMP,       /* skb->tstamp == 0: timestamping was off when it arrived */
 	REASON_FUTURE_STAMP,   /* stamp after now: clock stepped, or not an RX stamp */
 	REASON_DELIVERY_TIME,  /* monotonic/TAI delivery time (locally generated TCP, EDT) */
-	REASON_HIST_FULL,      /* no room for a new (hook, iface, cgroup) histogram */
+	REASON_HIST_FULL,      /* no room for a new (hook, iface, cgroup, process) histogram */
 	REASON_HOL_BLOCKED,    /* TCP read possibly delayed by head-of-line blocking, excluded */
 	REASON_FIFO_FULL,      /* UDP read FIFO full: datagram enqueued but not tracked */
 	REASON_READ_UNTRACKED, /* UDP read of a datagram the FIFO does not know */
@@ -43,11 +43,17 @@ enum reason {
 #define MAX_SLOT 34 /* internal/hist.MaxSlot */
 #define SUM_SLOT (MAX_SLOT + 1)
 
+#define COMM_LEN 16 /* TASK_COMM_LEN */
+
+/* pid and comm: the reading task's, at the socket-read hooks only (-P). */
 struct hist_key {
 	__u64 cgroup;
 	__u32 ifindex;
 	__u16 hook;
 	__u16 pad;
+	__u32 pid;
+	char comm[COMM_LEN];
+	__u32 pad2;
 };
 
 struct hist_value {
@@ -62,6 +68,7 @@ volatile const bool filter_ifindex = false;
 volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
 volatile const bool group_by_cgroup = false;
+volatile const bool group_by_process = false;
 volatile const bool include_hol_blocked = false;
 /* bpf_ktime_get_tai_ns exists (6.1+); else "now" is monotonic + offset. */
 volatile const bool tai_clock = true;
@@ -327,19 +334,28 @@ static __always_inline __u32 slot_of(__u64 v)
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
-/* hist_of finds, or makes, the histogram a sample of hook belongs to. */
-static __always_inline struct hist_value *hist_of(__u32 hook, const struct stamp *s, __u64 cgroup)
+/*
+ * grouped_hist_of finds, or makes, the histogram a sample of hook belongs to
+ * when grouping (the ungrouped ones are in hook_hists, by hook). in_task:
+ * the hook runs in the reading task's context (socket reads); elsewhere the
+ * current task is whoever softirq processing interrupted, so the process
+ * stays 0 there.
+ */
+static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const struct stamp *s, __u64 cgroup,
+							  bool in_task)
 {
 	struct hist_key key = { .hook = hook };
 	struct hist_value *h, *empty;
 	__u32 zero = 0;
 
-	if (!group_by_ifindex && !group_by_cgroup)
-		return bpf_map_lookup_elem(&hook_hists, &hook);
 	if (group_by_ifindex)
 		key.ifindex = s->ifindex;
 	if (group_by_cgroup)
 		key.cgroup = cgroup;
+	if (group_by_process && in_task) {
+		key.pid = bpf_get_current_pid_tgid() >> 32;
+		bpf_get_current_comm(key.comm, sizeof(key.comm));
+	}
 	h = bpf_map_lookup_elem(&hists, &key);
 	if (h)
 		return h;
@@ -353,7 +369,7 @@ static __always_inline struct hist_value *hist_of(__u32 hook, const struct stamp
 	return h;
 }
 
-static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup)
+static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup, bool in_task)
 {
 	struct hist_value *h;
 	__s64 now, lat;
@@ -368,7 +384,10 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 		return;
 	}
 	lat = now - s->tstamp;
-	h = hist_of(hook, s, cgroup);
+	if (!group_by_ifindex && !group_by_cgroup && !group_by_process)
+		h = bpf_map_lookup_elem(&hook_hists, &hook);
+	else
+		h = grouped_hist_of(hook, s, cgroup, in_task);
 	if (!h)
 		return;
 	/* No REASON_RECORDED increment: the histogram's buckets count the
@@ -438,7 +457,7 @@ static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
 
 	read_stamp(skb, &s);
 	if (ifindex_allowed(s.ifindex))
-		record(hook, &s, 0);
+		record(hook, &s, 0, false);
 }
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
@@ -561,7 +580,7 @@ static __always_inline void record_read(__u32 hook, const struct sock *sk, const
 		return;
 	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
 		return;
-	record(hook, s, cgroup);
+	record(hook, s, cgroup, true);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
@@ -607,7 +626,7 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
 	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
-		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0);
+		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, false);
 }
 
 static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
@@ -653,7 +672,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 			continue;
 		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
 		    netns_allowed(sk_netns(sk)))
-			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0);
+			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
 			fifo_push(f, &fresh[i]);
 	}

@@ -191,7 +191,7 @@ func TestKubernetesNames(t *testing.T) {
 	}
 
 	// serve finds the connection open (from /proc this time) and labels it.
-	addr := freeLocalAddr(t)
+	addr := testenv.FreeLoopbackAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string, 1)
 	go func() {
@@ -251,18 +251,6 @@ func grepLines(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// freeLocalAddr returns a loopback address with a port that was free a
-// moment ago.
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // --kubernetes-logs must be a directory when it exists; a missing one means

@@ -27,6 +27,7 @@ type latencyFlags struct {
 	run           runopts.Options
 	list          bool
 	probes        probeFlags
+	groupProcess  bool
 	debugCounters bool
 }
 
@@ -71,9 +72,13 @@ Counts are cumulative since start. Probes, from the wire up:
   *-socket-read        read by the application (sock_recv_length)
 
 -p, -c and -q apply to the socket-read probes, -C groups only those (the
-reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
+reading task's pid and cgroup), as in netstacklat. -P groups only those by
+the reading process (pid and comm); the other probes run in softirq context,
+where the current task is whoever was interrupted, and are reported under
+pid 0, comm "-". See docs/LATENCY.md.`,
 		Example: `  stacktop latency                       # all probes, report every 5s
   stacktop latency -e tcp-socket-read -C # time until reads, per cgroup
+  stacktop latency -e tcp-socket-read -P # time until reads, per process
   stacktop latency -i eth0 -I -r 1 --format json
   stacktop latency -l                    # probes and the backend each uses`,
 		Args: cobra.NoArgs,
@@ -83,6 +88,7 @@ reading task's pid and cgroup), as in netstacklat. See docs/LATENCY.md.`,
 	f.run.Register(fs, "r", 5*time.Second, "text", "json")
 	fs.BoolVarP(&f.list, "list-probes", "l", false, "list the probes, the backend each would use, its programs and on what event each runs, and why other backends were refused")
 	f.probes.register(fs)
+	fs.BoolVarP(&f.groupProcess, "group-by-process", "P", false, "one histogram per reading process, pid and comm (socket-read probes; the others under pid 0)")
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
 	return cmd
 }
@@ -122,6 +128,12 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 	if err != nil {
 		return err
 	}
+	// Grouping nothing would print the ungrouped histograms as if grouped.
+	if f.groupProcess && !cfg.Hooks.Has(latency.TCPSocketRead) && !cfg.Hooks.Has(latency.UDPSocketRead) {
+		return clierr.Usage("group-by-process", "", "groups the socket-read probes only, "+
+			"and neither tcp-socket-read nor udp-socket-read is enabled (enabled: %s)", hookNames(cfg.Hooks))
+	}
+	cfg.GroupByProcess = f.groupProcess
 	out := cmd.OutOrStdout()
 	if f.list {
 		return listProbes(out, cfg)
@@ -149,7 +161,7 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 }
 
 // warnDropped logs, when it grew, the number of samples lost because the
-// histogram map had no room for a new probe/interface/cgroup combination.
+// histogram map had no room for a new probe/interface/cgroup/process combination.
 func warnDropped(tr *latency.Tracer, already uint64) uint64 {
 	counters, err := tr.Counters()
 	if err != nil {
@@ -162,7 +174,7 @@ func warnDropped(tr *latency.Tracer, already uint64) uint64 {
 		}
 	}
 	if dropped > already {
-		slog.Warn("samples dropped: more probe/interface/cgroup combinations than the histogram map holds",
+		slog.Warn("samples dropped: more probe/interface/cgroup/process combinations than the histogram map holds",
 			"dropped", dropped)
 	}
 	return dropped
@@ -334,4 +346,15 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
 	}
 	return set, nil
+}
+
+// hookNames lists the hooks in set, comma-separated, in probe order.
+func hookNames(set latency.HookSet) string {
+	var names []string
+	for _, h := range latency.Hooks {
+		if set.Has(h) {
+			names = append(names, h.String())
+		}
+	}
+	return strings.Join(names, ",")
 }

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/bpffd"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -58,6 +57,8 @@ func TestLatencyBadInput(t *testing.T) {
 		{[]string{"-n", "-2"}, `invalid --netns "-2"`},
 		{[]string{"-n", "12345"}, `invalid --netns "12345": no network namespace with this inode`},
 		{[]string{"-q", "70000"}, `invalid --min-queuelength "70000"`},
+		{[]string{"-P", "-e", "ip-start,tcp-socket-enqueued"}, `invalid --group-by-process: groups the socket-read probes only, and neither tcp-socket-read nor udp-socket-read is enabled (enabled: ip-start,tcp-socket-enqueued)`},
+		{[]string{"-P", "-d", "tcp-socket-read,udp-socket-read"}, `invalid --group-by-process: groups the socket-read probes only, and neither tcp-socket-read nor udp-socket-read is enabled (enabled: ip-start,tcp-start,udp-start,tcp-socket-enqueued,udp-socket-enqueued)`},
 		{[]string{"--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"--format", "csv"}, `invalid --format "csv"`},
 		{[]string{"-e", "udp-start", "-r", "1"}, "stacktop needs CAP_BPF and CAP_PERFMON (to load BPF programs; CAP_SYS_ADMIN also does) and CAP_NET_ADMIN"},
@@ -85,27 +86,20 @@ func TestLatencyBadInput(t *testing.T) {
 }
 
 // bpfObjectsOf returns the ids of the BPF programs and links the process
-// holds file descriptors of, from /proc/<pid>/fdinfo: exactly that run's.
+// holds file descriptors of: exactly that run's.
 func bpfObjectsOf(t *testing.T, pid int) (progs, links map[int]bool) {
 	t.Helper()
+	objs, err := bpffd.Held(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	progs, links = map[int]bool{}, map[int]bool{}
-	infos, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fdinfo/*", pid))
-	for _, path := range infos {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		isLink := strings.Contains(string(b), "link_id:")
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			id, err := strconv.Atoi(strings.TrimSpace(v))
-			switch {
-			case err != nil:
-			case k == "link_id":
-				links[id] = true
-			case k == "prog_id" && !isLink:
-				progs[id] = true
-			}
+	for _, o := range objs {
+		switch o.Kind {
+		case bpffd.Prog:
+			progs[int(o.ProgID)] = true
+		case bpffd.Link:
+			links[int(o.LinkID)] = true
 		}
 	}
 	return progs, links
@@ -194,15 +188,12 @@ func TestLatencySignalsDetachEverything(t *testing.T) {
 			}
 			// the kernel frees programs after an RCU grace period, so
 			// they may outlive the process by a moment
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				left := stillLoaded(t, progs, links)
-				if len(left) == 0 {
-					break
+			testenv.Eventually(t, 5*time.Second, "the run's programs and links unloaded after exit", func() error {
+				if left := stillLoaded(t, progs, links); len(left) > 0 {
+					return fmt.Errorf("%v still loaded", left)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("5s after exit, %v of the run are still loaded", left)
-				}
-			}
+				return nil
+			})
 		})
 	}
 }

@@ -100,27 +100,6 @@ func scrape(t *testing.T, url string) string {
 	return string(body)
 }
 
-// sinkServer accepts TCP connections on loopback and reads them to the end,
-// until the test ends.
-func sinkServer(t *testing.T) net.Listener {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	return l
-}
-
 // seriesOf returns the exposition lines of one metric name.
 func seriesOf(body, name string) []string {
 	var out []string
@@ -182,7 +161,7 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	const names, limit, payload = 3000, 50, 10
 	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--max-series", strconv.Itoa(limit))
-	l := sinkServer(t)
+	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	errs := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the renamed thread ends with the goroutine

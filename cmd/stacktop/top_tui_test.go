@@ -230,13 +230,13 @@ func (p *pane) keys(keys ...string) {
 func (p *pane) await(what string, ok func(string) bool) string {
 	p.t.Helper()
 	var s string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if s = p.screen(); ok(s) {
-			return s
+	testenv.Eventually(p.t, 20*time.Second, what, func() error {
+		if s = p.screen(); !ok(s) {
+			return fmt.Errorf("screen:\n%s", s)
 		}
-	}
-	p.t.Fatalf("timed out waiting for %s; screen:\n%s", what, s)
-	return ""
+		return nil
+	})
+	return s
 }
 
 func (p *pane) expectExit(want int) {

@@ -20,7 +20,8 @@ const (
 )
 
 // Record is one TCP connection or UDP flow at one refresh. JSON field names
-// are part of the command-line contract (DESIGN.md §1): never rename them.
+// are part of the command-line contract documented in docs/CONNECTIONS.md
+// ("Fields"): scripts parse them, so never rename them.
 type Record struct {
 	TS         time.Time  `json:"ts"`
 	Event      Event      `json:"event"`

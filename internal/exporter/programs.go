@@ -1,17 +1,16 @@
 package exporter
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/bpffd"
 )
 
 var (
@@ -115,41 +114,17 @@ func (e *Exporter) programStats(id uint32, fd int) (string, *ebpf.ProgramStats, 
 // heldPrograms returns the file descriptors this process holds on BPF
 // programs, one per program ID.
 func heldPrograms() (map[uint32]int, error) {
-	entries, err := os.ReadDir("/proc/self/fd")
+	objs, err := bpffd.Held(os.Getpid())
 	if err != nil {
-		return nil, fmt.Errorf("listing BPF programs: %w", err)
+		return nil, err
 	}
 	held := map[uint32]int{}
-	for _, e := range entries {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || target != "anon_inode:bpf-prog" {
-			continue
-		}
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if id, ok := fdinfoProgID(e.Name()); ok {
-			held[id] = fd
+	for _, o := range objs {
+		if o.Kind == bpffd.Prog && o.ProgID != 0 {
+			held[o.ProgID] = o.FD
 		}
 	}
 	return held, nil
-}
-
-// fdinfoProgID reads the prog_id line of a BPF program descriptor's fdinfo.
-func fdinfoProgID(fd string) (uint32, bool) {
-	f, err := os.Open("/proc/self/fdinfo/" + fd)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "prog_id:"); ok {
-			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			return uint32(id), err == nil
-		}
-	}
-	return 0, false
 }
 
 func b2f(b bool) float64 {

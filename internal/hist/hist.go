@@ -49,14 +49,18 @@ func (h *Histogram) Add(o *Histogram) {
 	h.Sum += o.Sum
 }
 
-// Series is one histogram with the labels it is reported under; Iface and
-// Cgroup are empty unless grouping by them is on. Ifindex and CgroupID are
-// what the kernel reported them as (0 when not grouped), for exports that
-// name them their own way.
+// Series is one histogram with the labels it is reported under; Iface,
+// Cgroup and Comm are empty unless grouping by them is on. Ifindex and
+// CgroupID are what the kernel reported them as (0 when not grouped), for
+// exports that name them their own way. PID and Comm name the reading
+// process; grouped by process, hooks outside a reading task have PID 0 and
+// Comm "-".
 type Series struct {
 	Hook     string
 	Iface    string
 	Cgroup   string
+	PID      uint32
+	Comm     string
 	Ifindex  uint32
 	CgroupID uint64
 	Hist     Histogram

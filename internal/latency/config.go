@@ -27,11 +27,15 @@ type Config struct {
 	MinQueueLen   uint32   // socket-read hooks only
 	GroupByIface  bool
 	GroupByCgroup bool
-	IncludeHOL    bool // include TCP reads that may have waited for a lost segment
-	MaxHistograms uint32
+	// GroupByProcess groups the socket-read hooks by the reading process
+	// (pid and comm); the other hooks run in softirq context, where the
+	// current task is unrelated, and keep pid 0.
+	GroupByProcess bool
+	IncludeHOL     bool // include TCP reads that may have waited for a lost segment
+	MaxHistograms  uint32
 }
 
-// defaultMaxHistograms bounds the (hook, iface, cgroup) combinations kept;
+// defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
 // beyond it new combinations are counted as "hist_full" and dropped.
 const defaultMaxHistograms = 4096
 
@@ -49,6 +53,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		"filter_cgroup":         len(cfg.Cgroups) > 0,
 		"group_by_ifindex":      cfg.GroupByIface,
 		"group_by_cgroup":       cfg.GroupByCgroup,
+		"group_by_process":      cfg.GroupByProcess,
 		"include_hol_blocked":   cfg.IncludeHOL,
 	}
 	for name, v := range consts {
@@ -65,7 +70,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		spec.Maps[name].MaxEntries = uint32(max(n, 1))
 	}
 	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
-	if !cfg.GroupByIface && !cfg.GroupByCgroup {
+	if !cfg.GroupByIface && !cfg.GroupByCgroup && !cfg.GroupByProcess {
 		spec.Maps["hists"].MaxEntries = 1 // unused: one histogram per hook, in hook_hists
 	}
 	if skStorageTracing {

@@ -25,6 +25,9 @@ type latencyHistKey struct {
 	Ifindex uint32
 	Hook    uint16
 	Pad     uint16
+	Pid     uint32
+	Comm    [16]int8
+	Pad2    uint32
 }
 
 type latencyHistValue struct {
@@ -118,6 +121,7 @@ const (
 	latencyVarFilterPid                   = "filter_pid"
 	latencyVarGroupByCgroup               = "group_by_cgroup"
 	latencyVarGroupByIfindex              = "group_by_ifindex"
+	latencyVarGroupByProcess              = "group_by_process"
 	latencyVarIncludeHolBlocked           = "include_hol_blocked"
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
@@ -213,6 +217,7 @@ type latencyVariableSpecs struct {
 	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
 	GroupByCgroup      *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
 	GroupByIfindex     *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
+	GroupByProcess     *ebpf.VariableSpec `ebpf:"group_by_process"`
 	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
@@ -284,6 +289,7 @@ type latencyVariables struct {
 	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
 	GroupByCgroup      *ebpf.Variable `ebpf:"group_by_cgroup"`
 	GroupByIfindex     *ebpf.Variable `ebpf:"group_by_ifindex"`
+	GroupByProcess     *ebpf.Variable `ebpf:"group_by_process"`
 	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`

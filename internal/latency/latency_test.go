@@ -3,6 +3,7 @@ package latency
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -349,7 +350,7 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 			waitForStamps(t, tr, p)
 			before := readsPerCgroup(t, tr)
 			p.UDPToHost(t, testenv.V4, ours, 0)
-			readInCgroup(t, p, dir, theirs)
+			readInChild(t, p, "udp", dir, theirs)
 			got := readsPerCgroup(t, tr)
 			for cg := range got {
 				got[cg] -= before[cg]
@@ -363,6 +364,88 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProcessGrouping: -P splits the socket-read hooks by the reading
+// process, each child's exact number of reads under its pid and comm; the
+// softirq hooks, which run in whatever task was interrupted, stay under pid
+// 0 and comm "-".
+func TestProcessGrouping(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-proc", 13)
+	comm := filepath.Base(os.Args[0])
+	comm = comm[:min(len(comm), 15)] // TASK_COMM_LEN - 1
+	type process struct {
+		pid  uint32
+		comm string
+	}
+	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true})
+	waitForStamps(t, tr, p)
+	for _, proto := range []string{"tcp", "udp"} {
+		t.Run(proto, func(t *testing.T) {
+			hook := TCPSocketRead
+			if proto == "udp" {
+				hook = UDPSocketRead
+			}
+			before := perProcess(t, tr)
+			a := readInChild(t, p, proto, "", 3)
+			b := readInChild(t, p, proto, "", 5)
+			got := perProcess(t, tr)
+			reads := map[process]uint64{}
+			for key, n := range got {
+				if key.pid == 0 && key.comm != "-" || key.pid != 0 && !slices.Contains([]Hook{TCPSocketRead, UDPSocketRead}, key.hook) {
+					t.Errorf("%s under pid %d, comm %q", key.hook, key.pid, key.comm)
+				}
+				if key.hook == hook && n > before[key] {
+					reads[process{key.pid, key.comm}] = n - before[key]
+				}
+			}
+			want := map[process]uint64{{uint32(a), comm}: 3, {uint32(b), comm}: 5}
+			if !maps.Equal(reads, want) {
+				counters, _ := tr.Counters()
+				t.Errorf("%s per process: %v, want %v; counters %+v", hook, reads, want, counters)
+			}
+		})
+	}
+	// Room for udp-start's histogram and our own reads': a new process's
+	// reads are counted as hist_full, each of them.
+	t.Run("map full", func(t *testing.T) {
+		tr := start(t, Config{Hooks: HookSet(0).With(UDPStart).With(UDPSocketRead),
+			Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true, MaxHistograms: 2})
+		waitForStamps(t, tr, p)
+		const n = 4
+		child := readInChild(t, p, "udp", "", n)
+		for key := range perProcess(t, tr) {
+			if key.pid == uint32(child) {
+				t.Errorf("the child's reads found room: %+v", key)
+			}
+		}
+		counters, err := tr.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Counter{Hook: UDPSocketRead.String(), Reason: ReasonHistFull, Count: n}
+		if !slices.Contains(counters, want) {
+			t.Errorf("counters %+v do not contain %+v", counters, want)
+		}
+	})
+}
+
+type hookProcess struct {
+	hook Hook
+	pid  uint32
+	comm string
+}
+
+func perProcess(t *testing.T, tr *Tracer) map[hookProcess]uint64 {
+	out := map[hookProcess]uint64{}
+	for _, s := range mustRead(t, tr) {
+		h, err := ParseHook(s.Hook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[hookProcess{h, s.PID, s.Comm}] += s.Hist.Count()
+	}
+	return out
 }
 
 func readsPerCgroup(t *testing.T, tr *Tracer) map[string]uint64 {
@@ -389,29 +472,25 @@ func ownCgroupPath(t *testing.T) string {
 	return ""
 }
 
-// readInCgroup has a child process, started inside the cgroup directory dir,
-// receive n datagrams that the peer sends to it.
-func readInCgroup(t *testing.T, p *testenv.Peer, dir string, n int) {
+// readInChild has a child process (started inside the cgroup directory dir
+// unless it is "") receive n messages that the peer sends to it over proto,
+// "udp" or "tcp", acknowledging each before the next is sent, so each is one
+// read; it returns the child's pid.
+func readInChild(t *testing.T, p *testenv.Peer, proto, dir string, n int) int {
 	t.Helper()
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
+	sock, send := peerSocket(t, p, proto)
+	defer sock.Close()
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperReadMessages$")
+	child.Env = append(os.Environ(), "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
+	child.ExtraFiles = []*os.File{sock} // fd 3
+	if dir != "" {
+		cg, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cg.Close()
+		child.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	}
-	defer cg.Close()
-	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.HostIP4.AsSlice()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := srv.File()
-	srv.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	child := exec.Command(os.Args[0], "-test.run=^TestHelperReadDatagrams$")
-	child.Env = append(os.Environ(), "STL_READ_DATAGRAMS="+strconv.Itoa(n))
-	child.ExtraFiles = []*os.File{f} // fd 3
-	child.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	child.Stderr = os.Stderr
 	stdout, err := child.StdoutPipe()
 	if err != nil {
@@ -420,36 +499,86 @@ func readInCgroup(t *testing.T, p *testenv.Peer, dir string, n int) {
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := p.DialUDP(t, &net.UDPAddr{IP: p.HostIP4.AsSlice(), Port: srv.LocalAddr().(*net.UDPAddr).Port})
 	ack := bufio.NewReader(stdout)
 	for i := range n {
-		if _, err := c.Write([]byte("datagram")); err != nil {
-			t.Fatal(err)
-		}
+		send()
 		if _, err := ack.ReadString('\n'); err != nil {
-			t.Fatalf("child after %d datagrams: %v", i, err)
+			t.Fatalf("child after %d messages: %v", i, err)
 		}
 	}
 	if err := child.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	return child.Process.Pid
 }
 
-// TestHelperReadDatagrams is the child of readInCgroup: it reads datagrams
-// from fd 3 and acknowledges each on stdout.
-func TestHelperReadDatagrams(t *testing.T) {
-	n, err := strconv.Atoi(os.Getenv("STL_READ_DATAGRAMS"))
-	if err != nil {
-		t.Skip("helper process for TestCgroupFilterAndGrouping")
+// peerSocket returns our end, as a file to hand to a child, of a UDP socket
+// or an accepted TCP connection the peer sends to, and a function that sends
+// one message from the peer.
+func peerSocket(t *testing.T, p *testenv.Peer, proto string) (*os.File, func()) {
+	t.Helper()
+	host := p.HostIP4.AsSlice()
+	var f *os.File
+	var peer net.Conn
+	if proto == "udp" {
+		srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		peer = p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr))
+		if f, err = srv.File(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if err := p.Do(func() (err error) { peer, err = net.Dial("tcp", ln.Addr().String()); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { peer.Close() })
+		s, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if f, err = s.File(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	conn, err := net.FilePacketConn(os.NewFile(3, "udp"))
+	return f, func() {
+		if _, err := peer.Write([]byte("message")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHelperReadMessages is the child of readInChild: it reads messages from
+// the socket at fd 3 and acknowledges each on stdout.
+func TestHelperReadMessages(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("STL_READ_MESSAGES"))
+	if err != nil {
+		t.Skip("helper process for readInChild")
+	}
+	sock := os.NewFile(3, "socket")
+	var conn net.Conn
+	if os.Getenv("STL_READ_PROTO") == "udp" {
+		var pc net.PacketConn
+		pc, err = net.FilePacketConn(sock)
+		conn, _ = pc.(net.Conn)
+	} else {
+		conn, err = net.FileConn(sock)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64)
+	buf := make([]byte, len("message"))
 	for range n {
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, _, err := conn.ReadFrom(buf); err != nil {
+		if _, err := io.ReadFull(conn, buf); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Println("read")

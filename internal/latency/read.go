@@ -53,13 +53,29 @@ func ifaceName(names map[uint32]string, idx uint32) string {
 	return "if" + strconv.FormatUint(uint64(idx), 10)
 }
 
+// commString is a task's comm up to its NUL; "-" for none (pid 0: a hook
+// outside any reading task).
+func commString(c [16]int8) string {
+	b := make([]byte, 0, len(c))
+	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	if len(b) == 0 {
+		return "-"
+	}
+	return string(b)
+}
+
 // keyedSeries is a series with the map key it came from, to sort by.
 type keyedSeries struct {
 	key latencyHistKey
 	s   hist.Series
 }
 
-// Read returns, per hook (and interface/cgroup when grouping), the histogram
+// Read returns, per hook (and interface/cgroup/process when grouping), the histogram
 // of every sample since Start: cumulative, so a Prometheus collector can
 // export it as is. It sums the per-CPU copies and is safe to call from any
 // goroutine at any time while the tracer is open.
@@ -88,6 +104,9 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		if key.Cgroup != 0 {
 			s.Cgroup = t.cgroups.name(key.Cgroup)
 		}
+		if t.byProcess {
+			s.PID, s.Comm = key.Pid, commString(key.Comm)
+		}
 		out = append(out, keyedSeries{key, s})
 	}
 	if err := t.eachHist(add); err != nil {
@@ -101,7 +120,13 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		if out[i].s.Iface != out[j].s.Iface {
 			return out[i].s.Iface < out[j].s.Iface
 		}
-		return out[i].s.Cgroup < out[j].s.Cgroup
+		if out[i].s.Cgroup != out[j].s.Cgroup {
+			return out[i].s.Cgroup < out[j].s.Cgroup
+		}
+		if a.Pid != b.Pid {
+			return a.Pid < b.Pid
+		}
+		return out[i].s.Comm < out[j].s.Comm
 	})
 	series := make([]hist.Series, len(out))
 	for i, k := range out {

@@ -28,6 +28,9 @@ func WriteText(w io.Writer, ts time.Time, series []hist.Series) error {
 		if s.Cgroup != "" {
 			fmt.Fprintf(&b, ", cgroup=%s", termsafe.String(s.Cgroup))
 		}
+		if s.Comm != "" {
+			fmt.Fprintf(&b, ", pid=%d, comm=%s", s.PID, termsafe.String(s.Comm))
+		}
 		b.WriteString(":\n")
 		writeBuckets(&b, &s.Hist)
 		b.WriteString("\n")
@@ -92,6 +95,8 @@ type Record struct {
 	Hook    string    `json:"hook"`
 	Iface   string    `json:"iface,omitempty"`
 	Cgroup  string    `json:"cgroup,omitempty"`
+	PID     *uint32   `json:"pid,omitempty"` // grouped by process only (0: no reading task)
+	Comm    string    `json:"comm,omitempty"`
 	Count   uint64    `json:"count"`
 	SumNS   uint64    `json:"sum_ns"`
 	Buckets []Bucket  `json:"buckets"`
@@ -105,8 +110,11 @@ type Bucket struct {
 
 // NewRecord converts a series to its JSON form.
 func NewRecord(ts time.Time, s hist.Series) Record {
-	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Cgroup: s.Cgroup, Count: s.Hist.Count(),
+	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Cgroup: s.Cgroup, Comm: s.Comm, Count: s.Hist.Count(),
 		SumNS: s.Hist.Sum, Buckets: []Bucket{}}
+	if s.Comm != "" {
+		r.PID = &s.PID
+	}
 	var cum uint64
 	for i, c := range s.Hist.Buckets {
 		cum += c

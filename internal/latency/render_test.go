@@ -27,6 +27,27 @@ func TestRecordBucketsAreCumulativeFromFirstToLastNonEmpty(t *testing.T) {
 	}
 }
 
+// Grouped by process, every record carries pid and comm, pid 0 too (a hook
+// outside any reading task); ungrouped, neither.
+func TestRecordProcess(t *testing.T) {
+	for _, tc := range []struct {
+		s    hist.Series
+		want string
+	}{
+		{hist.Series{Hook: "tcp-socket-read", PID: 42, Comm: "nginx"}, `"pid":42,"comm":"nginx"`},
+		{hist.Series{Hook: "tcp-start", Comm: "-"}, `"pid":0,"comm":"-"`},
+		{hist.Series{Hook: "tcp-start"}, `"hook":"tcp-start","count"`},
+	} {
+		var b bytes.Buffer
+		if err := WriteJSON(&b, time.Unix(0, 0), []hist.Series{tc.s}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%+v: %s lacks %s", tc.s, b.String(), tc.want)
+		}
+	}
+}
+
 func TestTextShowsRangesCountsAndAverage(t *testing.T) {
 	var h hist.Histogram
 	h.Buckets[0], h.Buckets[2], h.Buckets[hist.MaxSlot], h.Sum = 1, 3, 1, 20_000_000_010
@@ -47,15 +68,17 @@ func TestTextShowsRangesCountsAndAverage(t *testing.T) {
 	}
 }
 
-// A cgroup or interface named by a local user is escaped in text output.
+// A cgroup, interface or process named by a local user is escaped in text output.
 func TestTextEscapesNames(t *testing.T) {
 	var b bytes.Buffer
 	var h hist.Histogram
 	h.Buckets[1] = 1
-	if err := WriteText(&b, time.Unix(0, 0), []hist.Series{{Hook: "tcp-socket-read", Iface: "v\x1b[2J", Cgroup: "/a\nb", Hist: h}}); err != nil {
+	series := hist.Series{Hook: "tcp-socket-read", Iface: "v\x1b[2J", Cgroup: "/a\nb", PID: 42, Comm: "c\x1b]0;x\a", Hist: h}
+	if err := WriteText(&b, time.Unix(0, 0), []hist.Series{series}); err != nil {
 		t.Fatal(err)
 	}
-	if out := b.String(); strings.Contains(out, "\x1b") || !strings.Contains(out, `interface=v\x1b[2J, cgroup=/a\nb:`) {
+	if out := b.String(); strings.Contains(out, "\x1b") || strings.Contains(out, "\a") ||
+		!strings.Contains(out, `interface=v\x1b[2J, cgroup=/a\nb, pid=42, comm=c\x1b]0;x\a:`) {
 		t.Errorf("names not escaped:\n%q", out)
 	}
 }

@@ -115,6 +115,8 @@ type Tracer struct {
 	attached map[string]attachment
 	mapsMu   sync.RWMutex // Read and Counters against close
 	cgroups  *cgroupNamer
+	// byProcess: series carry pid and comm (Config.GroupByProcess)
+	byProcess bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -210,6 +212,7 @@ func open(cfg Config) (_ *Tracer, err error) {
 		return nil, err
 	}
 	t.cgroups = newCgroupNamer()
+	t.byProcess = cfg.GroupByProcess
 	return t, nil
 }
 

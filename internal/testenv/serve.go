@@ -43,3 +43,15 @@ func serve(t testing.TB, l net.Listener, handle func(net.Conn)) *net.TCPListener
 	}()
 	return l.(*net.TCPListener)
 }
+
+// FreeLoopbackAddr returns a 127.0.0.1 address with a port nobody listened
+// on a moment ago, for a server the test starts in another process.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

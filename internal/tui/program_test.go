@@ -16,6 +16,7 @@ import (
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/runopts"
+	"github.com/stacktop/stacktop/internal/testenv"
 )
 
 // terminal stands in for a tty: keys are written to in, frames arrive on out.
@@ -66,15 +67,6 @@ func refresh(interval time.Duration, count int) runopts.Options {
 	return runopts.Options{Interval: runopts.Seconds(interval), Count: count}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func TestRunKeepsCollectingWhilePausedAndQuitsOnQ(t *testing.T) {
 	var taken, logged atomic.Int32
 	source := func() (conn.Snapshot, error) {
@@ -84,11 +76,11 @@ func TestRunKeepsCollectingWhilePausedAndQuitsOnQ(t *testing.T) {
 	hook := func(conn.Snapshot) error { logged.Add(1); return nil }
 	term, done := startRun(t, source, Options{Host: "web-01", Refresh: refresh(10*time.Millisecond, 0), OnSnapshot: hook})
 
-	waitFor(t, "the first snapshot on screen", func() bool { return strings.Contains(term.output(), "systemd-resolved") })
+	testenv.Until(t, 10*time.Second, "the first snapshot on screen", func() bool { return strings.Contains(term.output(), "systemd-resolved") })
 	term.press(t, " ")
-	waitFor(t, "the paused status", func() bool { return strings.Contains(term.output(), "PAUSED") })
+	testenv.Until(t, 10*time.Second, "the paused status", func() bool { return strings.Contains(term.output(), "PAUSED") })
 	before := logged.Load()
-	waitFor(t, "snapshots while paused", func() bool { return logged.Load() >= before+3 })
+	testenv.Until(t, 10*time.Second, "snapshots while paused", func() bool { return logged.Load() >= before+3 })
 	term.press(t, "q")
 	select {
 	case err := <-done:
@@ -203,7 +195,7 @@ func TestRunHoldsLogsUntilTheTerminalIsBack(t *testing.T) {
 		return fixture(), nil
 	}
 	term, done := startRun(t, source, Options{Refresh: refresh(10*time.Millisecond, 0)})
-	waitFor(t, "a snapshot on screen", func() bool { return strings.Contains(term.output(), "systemd-resolved") })
+	testenv.Until(t, 10*time.Second, "a snapshot on screen", func() bool { return strings.Contains(term.output(), "systemd-resolved") })
 	if logged.Len() != 0 {
 		t.Fatalf("a log line reached stderr while the table was up: %q", logged.String())
 	}

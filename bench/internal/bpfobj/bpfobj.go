@@ -4,21 +4,19 @@
 package bpfobj
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/bpffd"
 )
 
 // Held is the set of BPF objects reachable from a process's file
@@ -28,60 +26,25 @@ type Held struct {
 	Maps  []ebpf.MapID
 }
 
-// HeldBy lists the BPF objects process pid holds. It reads
-// /proc/<pid>/fdinfo rather than asking bpftool, whose per-process view
-// needs BPF iterators, which this kernel refuses.
+// HeldBy lists the BPF objects process pid holds: programs (directly or
+// through links) and maps.
 func HeldBy(pid int) (Held, error) {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	fds, err := os.ReadDir(dir)
+	objs, err := bpffd.Held(pid)
 	if err != nil {
 		return Held{}, err
 	}
 	var h Held
-	for _, fd := range fds {
-		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
-		if err != nil || !strings.HasPrefix(target, "anon_inode:bpf") {
-			continue // closed meanwhile, or not a BPF object
+	for _, o := range objs {
+		if o.ProgID != 0 && !slices.Contains(h.Progs, ebpf.ProgramID(o.ProgID)) {
+			h.Progs = append(h.Progs, ebpf.ProgramID(o.ProgID))
 		}
-		f, err := os.Open(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
-		if err != nil {
-			continue
-		}
-		prog, mp := parseFdinfo(f)
-		f.Close()
-		if prog != 0 && !slices.Contains(h.Progs, ebpf.ProgramID(prog)) {
-			h.Progs = append(h.Progs, ebpf.ProgramID(prog))
-		}
-		if mp != 0 && !slices.Contains(h.Maps, ebpf.MapID(mp)) {
-			h.Maps = append(h.Maps, ebpf.MapID(mp))
+		if o.MapID != 0 && !slices.Contains(h.Maps, ebpf.MapID(o.MapID)) {
+			h.Maps = append(h.Maps, ebpf.MapID(o.MapID))
 		}
 	}
 	slices.Sort(h.Progs)
 	slices.Sort(h.Maps)
 	return h, nil
-}
-
-// parseFdinfo returns the prog_id (programs and links) and map_id (maps)
-// an fdinfo file names, 0 where absent.
-func parseFdinfo(r io.Reader) (prog, mp uint32) {
-	s := bufio.NewScanner(r)
-	for s.Scan() {
-		key, val, ok := strings.Cut(s.Text(), ":")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 32)
-		if err != nil {
-			continue
-		}
-		switch key {
-		case "prog_id":
-			prog = uint32(n)
-		case "map_id":
-			mp = uint32(n)
-		}
-	}
-	return prog, mp
 }
 
 // EnableStats turns on the kernel's per-program run-time accounting until

@@ -1,21 +1,9 @@
 package bpfobj
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
-
-func TestParseFdinfo(t *testing.T) {
-	prog, mp := parseFdinfo(strings.NewReader("pos:\t0\nflags:\t02000002\nlink_type:\ttracing\nlink_id:\t7\nprog_tag:\tab\nprog_id:\t42\n"))
-	if prog != 42 || mp != 0 {
-		t.Fatalf("link fdinfo: prog %d map %d, want 42 0", prog, mp)
-	}
-	prog, mp = parseFdinfo(strings.NewReader("map_type:\t1\nkey_size:\t4\nmemlock:\t4096\nmap_id:\t9\n"))
-	if prog != 0 || mp != 9 {
-		t.Fatalf("map fdinfo: prog %d map %d, want 0 9", prog, mp)
-	}
-}
 
 func TestCostsPerRunOverWindow(t *testing.T) {
 	before := []ProgStat{{ID: 1, Runs: 100, Runtime: 1000}, {ID: 2, Runs: 5, Runtime: 50}}

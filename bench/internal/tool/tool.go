@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,22 +48,37 @@ type Tool struct {
 	args func(env Env) ([]string, error)
 	// scrape: GET /metrics every second while running, like Prometheus.
 	scrape bool
+	// ready says how to tell that the tool's programs are all attached,
+	// beyond its set of BPF programs holding still.
+	ready readiness
 	// timestamping: hold a socket with RX software timestamping open while
 	// running, which `stacktop latency` does itself and bpftrace cannot.
 	timestamping bool
 }
 
+// readiness is the sign, besides a stable set of BPF programs, that a tool
+// finished attaching. A stable set alone is not enough: on a loaded machine
+// one program's load can take longer than the second the set must hold
+// still, and the rounds would then measure a half-attached tool.
+type readiness int
+
+const (
+	readyPrograms    readiness = iota // the stable set is all there is (bpftrace)
+	readyFirstReport                  // its first report: stacktop prints none before every hook is attached
+	readyEndpoint                     // /-/ready answers 200: serve listens before it attaches
+)
+
 // Tools are all the tools, by name; "none" is the baseline.
 var Tools = []Tool{
 	{Name: "none", About: "no tool running (baseline)"},
 	{Name: "latency", About: "`stacktop latency --interval 1s > /dev/null` (all probes)",
-		Command: "latency", args: fixed("--interval", "1s")},
+		Command: "latency", args: fixed("--interval", "1s"), ready: readyFirstReport},
 	{Name: "latency-read", About: "`stacktop latency -e tcp-socket-read --interval 1s > /dev/null` (Cloudflare's configuration)",
-		Command: "latency", args: fixed("-e", "tcp-socket-read", "--interval", "1s")},
+		Command: "latency", args: fixed("-e", "tcp-socket-read", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`",
-		Command: "stream", args: fixed("--format", "json", "--interval", "1s")},
+		Command: "stream", args: fixed("--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "serve", About: "`stacktop serve` with its default flags, /metrics scraped every second",
-		Command: "serve", args: serve, scrape: true},
+		Command: "serve", args: serve, scrape: true, ready: readyEndpoint},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
 		args: bpftrace, timestamping: true},
 }
@@ -163,6 +179,14 @@ func Start(ctx context.Context, env Env, t Tool, stdout io.Writer, extra ...stri
 	fmt.Fprintf(log, "--- %s %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
 	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Stdout, r.cmd.Stderr = stdout, log
+	reported := make(chan struct{})
+	if t.ready == readyFirstReport {
+		w := stdout
+		if w == nil {
+			w = io.Discard
+		}
+		r.cmd.Stdout = &firstWrite{w: w, seen: reported}
+	}
 	r.Started = time.Now()
 	if err := r.cmd.Start(); err != nil {
 		r.Stop()
@@ -171,6 +195,24 @@ func Start(ctx context.Context, env Env, t Tool, stdout io.Writer, extra ...stri
 	r.exited = make(chan struct{})
 	go func() { _ = r.cmd.Wait(); close(r.exited) }()
 	if err := r.waitAttached(ctx, 60*time.Second); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("%s: %w (log: %s)", t.Name, err, r.logPath)
+	}
+	switch t.ready {
+	case readyFirstReport:
+		err = r.waitFor(ctx, reported, "its first report")
+	case readyEndpoint:
+		pollCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ready := make(chan struct{})
+		go func() {
+			if PollReady(pollCtx, "http://"+env.ServeAddr.String()+"/-/ready") == nil {
+				close(ready)
+			}
+		}()
+		err = r.waitFor(ctx, ready, "/-/ready")
+	}
+	if err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("%s: %w (log: %s)", t.Name, err, r.logPath)
 	}
@@ -224,6 +266,51 @@ func (r *Running) waitAttached(ctx context.Context, timeout time.Duration) error
 			return nil
 		}
 	}
+}
+
+// waitFor returns once done is closed, or fails when the tool exits first
+// or a minute passes.
+func (r *Running) waitFor(ctx context.Context, done <-chan struct{}, what string) error {
+	select {
+	case <-done:
+		return nil
+	case <-r.exited:
+		return fmt.Errorf("exited before %s: %v", what, r.cmd.ProcessState)
+	case <-time.After(time.Minute):
+		return fmt.Errorf("no %s after a minute", what)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// firstWrite passes everything to w and closes seen at the first write.
+type firstWrite struct {
+	w    io.Writer
+	seen chan struct{}
+	once sync.Once
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	f.once.Do(func() { close(f.seen) })
+	return f.w.Write(p)
+}
+
+// PollReady returns once url answers 200, checked every 5 ms (start-up is
+// timed by it), or with ctx's error.
+func PollReady(ctx context.Context, url string) error {
+	client := &http.Client{Timeout: time.Second}
+	for ctx.Err() == nil {
+		resp, err := client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ctx.Err()
 }
 
 // Stop ends the tool the way a user would (SIGINT, so it prints its final
