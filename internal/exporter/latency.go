@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/hist"
 )
@@ -61,10 +60,8 @@ var ebpfExporterBounds = func() [hist.NBuckets]float64 {
 // decoders do: the cgroup's absolute path in the file system (the cgroup
 // decoder walks /sys/fs/cgroup), "unknown_cgroup_id:<id>" for an id that is
 // 0 (not grouped) or gone; the interface's name, "unknown:<index>" for an
-// index that is 0 (not grouped) or gone. ebpf_exporter sees only its own
-// namespace: an interface of another (-n -1) keeps stacktop's own label,
-// "<name>@<netns>" (docs/METRICS.md), so it stays a series of its own.
-func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string, ownNetns uint64) []string {
+// index that is 0 (not grouped) or gone.
+func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string) []string {
 	cgroupPath := fmt.Sprintf("unknown_cgroup_id:%d", s.CgroupID)
 	if s.CgroupID != 0 && e.cgroups != nil {
 		if p, ok := e.cgroups.Lookup(s.CgroupID); ok {
@@ -72,10 +69,7 @@ func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string, 
 		}
 	}
 	iface, ok := ifaces[s.Ifindex]
-	switch {
-	case s.Netns != 0 && s.Netns != ownNetns:
-		iface = s.Iface
-	case !ok:
+	if !ok {
 		iface = fmt.Sprintf("unknown:%d", s.Ifindex)
 	}
 	return []string{cgroupPath, iface, s.Hook}
@@ -113,12 +107,10 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 				ifaces[uint32(ifc.Index)] = ifc.Name
 			}
 		}
-		var own unix.Stat_t
-		_ = unix.Stat("/proc/self/ns/net", &own) // without it, every namespace is labelled as foreign
 		for _, s := range series {
 			// The sum as ebpf_exporter computes it, to the last bit.
 			sum := float64(s.Hist.Sum) * 0.000000001
-			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces, own.Ino))
+			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces))
 		}
 		return nil
 	}
