@@ -51,7 +51,7 @@ fuzz:
 MATRIX_TIMEOUT ?= 20m
 MATRIX_FLAGS ?=
 matrix:
-	$(GO) run ./test/kernels -parallel 2 -retries 2 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
+	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
 
 # The benchmark suite (docs/BENCHMARKS.md): root, at most 25 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".

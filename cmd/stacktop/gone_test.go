@@ -69,6 +69,7 @@ func TestLatencyStopsWhenASelectionGoes(t *testing.T) {
 			select {
 			case <-out.started:
 			case code := <-done:
+				testenv.SkipIfRefused(t, stderr.String())
 				t.Fatalf("exit %d before the first report: %s", code, stderr.String())
 			}
 			if err := recreate[c.value](); err != nil {

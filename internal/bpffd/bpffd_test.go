@@ -38,7 +38,7 @@ func TestHeldFindsOwnObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer prog.Close()
-	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: prog})
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: prog})
 	if err != nil {
 		t.Fatal(err)
 	}

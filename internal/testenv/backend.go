@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stacktop/stacktop/internal/features"
@@ -36,6 +37,24 @@ func Backend(t testing.TB) features.Backend {
 func Unsupported(t testing.TB, format string, args ...any) {
 	t.Helper()
 	t.Skipf(UnsupportedPrefix+format, args...)
+}
+
+// SkipIfRefused skips, as Unsupported, a test whose stacktop command failed
+// with output only because the kernel refused the forced backend for one of
+// its hooks ("no backend could attach"): e.g. the tracepoint backend on 6.1,
+// which has no sock_recv_length tracepoint and no netfilter links. With auto
+// such a refusal is a real failure, and the test goes on to report it.
+func SkipIfRefused(t testing.TB, output string) {
+	t.Helper()
+	const refused = "no backend could attach"
+	if Backend(t) == features.Auto || !strings.Contains(output, refused) {
+		return
+	}
+	line := output[strings.Index(output, refused):]
+	if i := strings.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	Unsupported(t, "%s", line)
 }
 
 // UnsupportedPrefix starts the skip message of Unsupported; the matrix
