@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,9 +89,9 @@ type bootResult struct {
 	Log      string // console log file
 }
 
-// boot runs the guest under TCG and feeds its console to a Collector; each
-// line also goes to the log and, if tee is set, to tee.
-func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cfg config, tee io.Writer) (*bootResult, error) {
+// boot runs the guest under TCG with cpus vCPUs and feeds its console to a
+// Collector; each line also goes to the log and, if tee is set, to tee.
+func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cpus int, cfg config, tee io.Writer) (*bootResult, error) {
 	log, err := os.Create(logFile)
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cfg co
 	ctx, cancel := context.WithTimeout(ctx, cfg.kernelTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cfg.qemu,
-		"-accel", "tcg", "-m", cfg.memory, "-smp", "2",
+		"-accel", "tcg", "-m", cfg.memory, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", img.Vmlinuz, "-initrd", initrd,
 		// Only warnings and worse reach the console, so kernel chatter does

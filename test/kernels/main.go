@@ -240,7 +240,7 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 	}
 	o.res, o.retried, o.err = bootRetrying(cfg, func(n int) (*bootResult, error) {
 		log.Info("booting", "kernel", k.Name, "release", o.img.Release, "attempt", n)
-		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), cfg, tee)
+		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), guestCPUs(n), cfg, tee)
 	}, func(a attempt) {
 		log.Warn("guest died of an infrastructure fault, booting it again", "kernel", k.Name,
 			"fault", a.fault, "console", a.res.Log)
@@ -435,4 +435,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// guestCPUs is the vCPU count of boot attempt n: two, and one once the
+// emulator has killed a guest (retries follow only infrastructure faults,
+// almost always a stray int3 of live code patching). With one vCPU no other
+// vCPU can run a stale translation of code being patched, which is how TCG
+// trips over the int3; in one session 6.12 died of it four times in a row.
+func guestCPUs(attempt int) int {
+	if attempt > 1 {
+		return 1
+	}
+	return 2
 }
