@@ -482,7 +482,7 @@ func TestProtocolHooks(t *testing.T) {
 // TestConnectingSocketHasItsPort: connect() moves a socket into SYN_SENT
 // before it binds its local port, so the state change sees port 0. A
 // connection whose SYNs go unanswered must show up under the port it got,
-// never under port 0 (before 5.15, with no refresh iterator to read the
+// never under port 0 (before 6.11, with no refresh iterator to read the
 // port, it shows up only once it is established).
 func TestConnectingSocketHasItsPort(t *testing.T) {
 	ip := testenv.RequireTool(t, "ip")
