@@ -137,7 +137,7 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 		hooks      string // attached, sorted
 		connPrefix bool   // connection metrics exported
 	}{
-		{nil, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner,udp-socket-read", true},
+		{nil, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "--latency.probes", "udp-start,tcp-start"}, "tcp-start,udp-start", false},
 		{[]string{"--collector.latency=false"}, "tcp-destroy,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "-d", "ip-start"}, "tcp-socket-enqueued,tcp-socket-read,tcp-start,udp-socket-enqueued,udp-socket-read,udp-start", false},
