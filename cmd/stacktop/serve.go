@@ -62,11 +62,11 @@ both as Prometheus/OpenMetrics metrics (docs/METRICS.md lists them), by
 default on 127.0.0.1:9877 only. --web.config.file enables TLS and basic auth.
 
 By default only tcp-socket-read runs (how long TCP data waited until the
-application read it; Cloudflare's configuration): it costs two programs per
-read. udp-socket-read would add a program on every received packet, TCP
-included (its FIFO follows sk_data_ready); --latency.probes
-tcp-socket-read,udp-socket-read adds it for UDP services, --latency.probes
-all (or a list) the others. --compat ebpf_exporter exports the histograms as
+application read it; Cloudflare's configuration), on every kernel alike.
+--latency.probes tcp-socket-read,udp-socket-read adds UDP: cheap with the
+fentry backend (one program per UDP read), a program on every received
+packet, TCP included, with the tracepoint backend. --latency.probes all (or
+a list) runs the others. --compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
