@@ -1,7 +1,8 @@
 // Package latency implements netstacklat: in-kernel log2 histograms of how long
 // received packets have been inside the host network stack when they reach each
-// layer, with one backend chosen per hook (features.Choose) so the same hooks
-// can later be served by fentry programs where the kernel allows them.
+// layer. Each hook gets one backend (features.Choose, or --backend): fentry/fexit
+// programs at netstacklat's own attachment points where the kernel allows
+// them, else netfilter and tp_btf programs. It loads bpf/latency.bpf.c.
 package latency
 
 //go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value latency ../../bpf/latency.bpf.c

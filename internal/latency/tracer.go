@@ -276,8 +276,10 @@ func (t *Tracer) attach(name string) (attachment, error) {
 }
 
 // loadMaps creates every map of the object once; programs loaded later share
-// them. A map of a type the kernel lacks (task storage before 5.11) is left
-// out with the reason: only the programs that use it cannot load.
+// them. A map of a type the kernel lacks is left out with the reason: only
+// the programs that use it cannot load. (Every map type the object has
+// today exists since 5.2; the task storage map that needed this, 5.11+, is
+// gone.)
 func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, map[string]error, error) {
 	mapsOnly := spec.Copy()
 	mapsOnly.Programs = nil
