@@ -24,6 +24,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // podAddrEnv is the pod-client helper's parameter, the address it
@@ -31,7 +32,7 @@ import (
 const podAddrEnv = "STACKTOP_POD_ADDR"
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Helpers{"pod-client": podClient})
+	reexec.Main(m, reexec.Helpers{"pod-client": podClient})
 }
 
 // podClient is the pod's process, this test binary re-executed: it waits
@@ -113,7 +114,7 @@ func makeKubelet(t *testing.T) string {
 // ends.
 func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 	t.Helper()
-	cmd := testenv.Helper(t, "pod-client", podAddrEnv+"="+addr)
+	cmd := reexec.Command(t, "pod-client", podAddrEnv+"="+addr)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

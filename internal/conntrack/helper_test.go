@@ -15,13 +15,14 @@ import (
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // The tests run the far end of their traffic as a separate process (this
 // test binary re-executed as a helper), so that the two ends of a
 // connection have different owners. Parameters come in STC_* variables.
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Helpers{"tcp": tcpHelper, "hold": holdHelper, "udp": udpHelper})
+	reexec.Main(m, reexec.Helpers{"tcp": tcpHelper, "hold": holdHelper, "udp": udpHelper})
 }
 
 func envInt(name string) int {
@@ -87,14 +88,14 @@ func udpHelper() error {
 	return nil
 }
 
-// helperComm is the helpers' process name (testenv.HelperAs), so their
+// helperComm is the helpers' process name (reexec.CommandAs), so their
 // comm differs from the test's.
 const helperComm = "stc-helper"
 
 // runHelperProc runs a helper to completion and returns its pid.
 func runHelperProc(t *testing.T, mode string, env ...string) int {
 	t.Helper()
-	cmd := testenv.HelperAs(t, helperComm, mode, env...)
+	cmd := reexec.CommandAs(t, helperComm, mode, env...)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("helper %s: %v", mode, err)
 	}
@@ -105,7 +106,7 @@ func runHelperProc(t *testing.T, mode string, env ...string) int {
 // it with its local port and the pipe to what it sends.
 func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec.Cmd, int, io.Writer) {
 	t.Helper()
-	cmd := testenv.HelperAs(t, helperComm, "hold", "STC_ADDR="+addr)
+	cmd := reexec.CommandAs(t, helperComm, "hold", "STC_ADDR="+addr)
 	cmd.SysProcAttr = attr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // TestEveryProbeSeesPeerTraffic sends UDP datagrams, TCP messages and raw TCP
@@ -479,7 +480,7 @@ func readInChild(t *testing.T, p *testenv.Peer, proto, dir string, n int) int {
 	t.Helper()
 	sock, send := peerSocket(t, p, proto)
 	defer sock.Close()
-	child := testenv.HelperAs(t, readerComm, "read-messages", "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
+	child := reexec.CommandAs(t, readerComm, "read-messages", "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
 	child.ExtraFiles = []*os.File{sock} // fd 3
 	if dir != "" {
 		cg, err := os.Open(dir)
@@ -557,7 +558,7 @@ func peerSocket(t *testing.T, p *testenv.Peer, proto string) (*os.File, func()) 
 const readerComm = "stl-reader"
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Helpers{"read-messages": readMessages})
+	reexec.Main(m, reexec.Helpers{"read-messages": readMessages})
 }
 
 // readMessages is the child of readInChild: it reads STL_READ_MESSAGES

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // idleHelperSpec is the idle-clients helper's parameter, "n addr": the file
@@ -25,7 +25,7 @@ import (
 const idleHelperSpec = "PROMWEB_IDLE_CLIENTS"
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, testenv.Helpers{"idle-clients": idleClients})
+	reexec.Main(m, reexec.Helpers{"idle-clients": idleClients})
 }
 
 // idleClients opens n connections to addr (idleHelperSpec): every other one
@@ -86,7 +86,7 @@ func TestIdleConnectionsDoNotStarveScrapes(t *testing.T) {
 	var wg sync.WaitGroup
 	var unauthorized [helpers]int
 	for h := range helpers {
-		cmd := testenv.Helper(t, "idle-clients", fmt.Sprintf("%s=%d %s", idleHelperSpec, perHelper, addr))
+		cmd := reexec.Command(t, "idle-clients", fmt.Sprintf("%s=%d %s", idleHelperSpec, perHelper, addr))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)

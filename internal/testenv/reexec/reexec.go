@@ -1,4 +1,9 @@
-package testenv
+// Package reexec runs a test binary again as a helper process: the far end
+// of a connection with an owner of its own, a process in another cgroup,
+// more sockets than one process may hold. It is apart from internal/testenv
+// because a package whose tests import testenv is an integration suite the
+// kernel matrix runs (test/kernels), and needing a helper does not make one.
+package reexec
 
 import (
 	"fmt"
@@ -13,14 +18,12 @@ import (
 const HelperEnv = "STACKTOP_TEST_HELPER"
 
 // Helpers are the processes a test package runs as this test binary
-// re-executed, by name: the far end of a connection with an owner of its
-// own, a process in another cgroup, more sockets than one process may
-// hold. A helper takes its parameters from its environment and its error
-// is its exit status.
+// re-executed, by name. A helper takes its parameters from its environment
+// and its error is its exit status.
 type Helpers map[string]func() error
 
 // Main is a test package's TestMain: re-executed as one of helpers
-// (HelperEnv set by Helper), the binary runs it and exits, 0 or 1 with its
+// (HelperEnv set by Command), the binary runs it and exits, 0 or 1 with its
 // error on stderr; otherwise it runs the tests.
 func Main(m *testing.M, helpers Helpers) {
 	name, ok := os.LookupEnv(HelperEnv)
@@ -39,9 +42,9 @@ func Main(m *testing.M, helpers Helpers) {
 	os.Exit(0)
 }
 
-// Helper prepares the helper name of this test binary (see Main); env
+// Command prepares the helper name of this test binary (see Main); env
 // entries ("NAME=value") are its parameters. Its stderr is the test's.
-func Helper(t testing.TB, name string, env ...string) *exec.Cmd {
+func Command(t testing.TB, name string, env ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -50,9 +53,9 @@ func Helper(t testing.TB, name string, env ...string) *exec.Cmd {
 	return helperCommand(self, name, env)
 }
 
-// HelperAs is Helper run through a link named comm, so that the helper's
+// CommandAs is Command run through a link named comm, so that the helper's
 // process name (comm) is comm rather than the test binary's.
-func HelperAs(t testing.TB, comm, name string, env ...string) *exec.Cmd {
+func CommandAs(t testing.TB, comm, name string, env ...string) *exec.Cmd {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

@@ -1,4 +1,4 @@
-package testenv
+package reexec
 
 import (
 	"errors"
@@ -16,22 +16,22 @@ func TestMain(m *testing.M) {
 }
 
 // A helper runs instead of the tests with its parameters, under the name
-// HelperAs gives it; its error is exit status 1 and its message on stderr,
+// CommandAs gives it; its error is exit status 1 and its message on stderr,
 // and a name the binary does not know is exit status 2.
 func TestHelpers(t *testing.T) {
-	cmd := HelperAs(t, "stt-echo", "echo", "HELPER_WORD=hello")
+	cmd := CommandAs(t, "stt-echo", "echo", "HELPER_WORD=hello")
 	out, err := cmd.Output()
 	if err != nil || string(out) != "hello" {
 		t.Errorf("echo helper: %q, %v; want \"hello\"", out, err)
 	}
 	if !strings.HasSuffix(cmd.Path, "/stt-echo") {
-		t.Errorf("HelperAs ran %s, want a link named stt-echo", cmd.Path)
+		t.Errorf("CommandAs ran %s, want a link named stt-echo", cmd.Path)
 	}
 	for name, want := range map[string]struct {
 		status int
 		stderr string
 	}{"fail": {1, "helper fail: as asked\n"}, "nonesuch": {2, "helper \"nonesuch\": not one of this test binary's\n"}} {
-		cmd := Helper(t, name)
+		cmd := Command(t, name)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		err := cmd.Run()
