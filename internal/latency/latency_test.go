@@ -373,7 +373,6 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 // 0 and comm "-".
 func TestProcessGrouping(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-proc", 13)
-	comm := readerComm
 	type process struct {
 		pid  uint32
 		comm string
@@ -399,7 +398,7 @@ func TestProcessGrouping(t *testing.T) {
 					reads[process{key.pid, key.comm}] = n - before[key]
 				}
 			}
-			want := map[process]uint64{{uint32(a), comm}: 3, {uint32(b), comm}: 5}
+			want := map[process]uint64{{uint32(a), readerComm}: 3, {uint32(b), readerComm}: 5}
 			if !maps.Equal(reads, want) {
 				counters, _ := tr.Counters()
 				t.Errorf("%s per process: %v, want %v; counters %+v", hook, reads, want, counters)
