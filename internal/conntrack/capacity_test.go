@@ -243,7 +243,7 @@ func skippedStateRuns(t *testing.T, tr *Tracker) uint64 {
 			return s.RecursionMisses
 		}
 	}
-	t.Fatal("conns_tcp_state is not attached")
+	t.Fatal(connsProgConnsTcpState + " is not attached")
 	return 0
 }
 
