@@ -88,6 +88,12 @@ struct bpf_iter__tcp {
 #define MAX_CONNS 65536
 #define MAX_FLOWS 65536
 
+/*
+ * The contract with internal/conntrack: bpf2go exports these enums (-type)
+ * and the Go code uses the generated names. An enum reaches the object's
+ * BTF only through a map or struct declared with it: drops is keyed by
+ * enum drop_counter, and conn.flags is an enum conn_flags (packed: one byte).
+ */
 enum drop_counter {
 	DROP_LOST = 0,     /* ring buffer full: a closed event was not delivered */
 	DROP_MAP_FULL = 1, /* a new connection or flow found its map full */
@@ -95,7 +101,7 @@ enum drop_counter {
 	DROP_NR,
 };
 
-enum conn_flags {
+enum __attribute__((packed)) conn_flags {
 	CONN_PARTIAL = 1, /* first seen after its start (existed before stacktop) */
 	CONN_ACTIVE = 2,  /* this end sent the SYN (connect()): write_seq counts it */
 	CONN_CLOSED = 4,  /* reached TCP_CLOSE: bytes_out is final, reported when destroyed */
@@ -125,7 +131,7 @@ struct conn {
 	u16 dport;
 	u16 family;
 	u8 state;
-	u8 flags;
+	enum conn_flags flags;
 };
 
 struct flow_key {
@@ -208,7 +214,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_NR);
-	__type(key, u32);
+	__type(key, enum drop_counter);
 	__type(value, u64);
 } drops SEC(".maps");
 
@@ -362,7 +368,7 @@ static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool 
 	fresh.state = BPF_CORE_READ(sk, __sk_common.skc_state);
 	refresh(&fresh, sk, fin_state);
 	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: another CPU created it first */) {
+	if (err && err != -EEXIST /* another CPU created it first */) {
 		count_drop(DROP_MAP_FULL);
 		return NULL;
 	}
@@ -758,7 +764,7 @@ static __always_inline void udp_packet(struct __sk_buff *skb, bool ingress)
 	if (!f) {
 		struct flow fresh = { .cgroup_id = bpf_skb_cgroup_id(skb) };
 		long err = bpf_map_update_elem(&flows, &k, &fresh, BPF_NOEXIST);
-		if (err && err != -17) {
+		if (err && err != -EEXIST) {
 			count_drop(DROP_MAP_FULL);
 			return;
 		}

@@ -15,7 +15,14 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* Hook ids: the order is the order of internal/latency.Hooks. */
+/*
+ * The contract with internal/latency: bpf2go exports these enums (-type) and
+ * the Go code is written against the generated names, so there is nothing
+ * to keep in step by hand. An enum reaches the object's BTF only through a
+ * map or struct declared with it, which is why the maps below name them.
+ */
+
+/* Hook ids, in stack order: the values of internal/latency.Hook. */
 enum hook {
 	HOOK_IP_START,
 	HOOK_TCP_START,
@@ -81,14 +88,16 @@ volatile const bool sk_storage_in_tracing = true;
  * (the LOCAL_IN one serves tcp-start and udp-start) record only the hooks
  * that chose their backend, so another backend may take the others.
  */
-#define BACKEND_TRACEPOINT 1
-#define BACKEND_FENTRY 2
+enum backend {
+	BACKEND_TRACEPOINT = 1,
+	BACKEND_FENTRY = 2,
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, N_HOOKS);
-	__type(key, __u32);
-	__type(value, __u32);
+	__type(key, enum hook);
+	__type(value, enum backend);
 } hook_backends SEC(".maps");
 
 struct {
@@ -105,7 +114,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, N_HOOKS);
-	__type(key, __u32);
+	__type(key, enum hook);
 	__type(value, struct hist_value);
 } hook_hists SEC(".maps");
 
@@ -163,7 +172,7 @@ struct stamp {
 	__u64 skb;   /* address, only compared, never dereferenced */
 	__s64 tstamp;
 	__u32 ifindex;
-	__u32 skip;  /* enum reason when the stamp is unusable, else 0 */
+	enum reason skip; /* why the stamp is unusable, else 0 */
 };
 
 /*

@@ -39,6 +39,7 @@ typedef _Bool bool;
 #define SOCK_DGRAM 2
 #define MSG_PEEK 2
 #define MSG_ERRQUEUE 0x2000
+#define EEXIST 17
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 

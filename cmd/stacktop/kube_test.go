@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,26 +24,22 @@ import (
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/kube"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
-// podClientEnv makes this test binary, re-executed, the pod's process:
-// it waits for a line on stdin (sent once it is in the pod's cgroup),
-// connects to the address in the variable, sends 1000 bytes, says so, and
-// holds the connection until stdin closes; stdin closed first, it just exits.
-const podClientEnv = "STACKTOP_POD_CLIENT"
+// podAddrEnv is the pod-client helper's parameter, the address it
+// connects to (podClient).
+const podAddrEnv = "STACKTOP_POD_ADDR"
 
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(podClientEnv); addr != "" {
-		if err := podClient(addr); err != nil {
-			fmt.Fprintln(os.Stderr, "pod client:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	reexec.Main(m, reexec.Helpers{"pod-client": podClient})
 }
 
-func podClient(addr string) error {
+// podClient is the pod's process, this test binary re-executed: it waits
+// for a line on stdin (sent once it is in the pod's cgroup), connects to
+// podAddrEnv, sends 1000 bytes, says so, and holds the connection until
+// stdin closes; stdin closed first, it just exits.
+func podClient() error {
 	in := bufio.NewReader(os.Stdin)
 	switch _, err := in.ReadString('\n'); {
 	case errors.Is(err, io.EOF):
@@ -52,7 +47,7 @@ func podClient(addr string) error {
 	case err != nil:
 		return err
 	}
-	c, err := net.Dial("tcp", addr)
+	c, err := net.Dial("tcp", os.Getenv(podAddrEnv))
 	if err != nil {
 		return err
 	}
@@ -119,8 +114,7 @@ func makeKubelet(t *testing.T) string {
 // ends.
 func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), podClientEnv+"="+addr)
+	cmd := reexec.Command(t, "pod-client", podAddrEnv+"="+addr)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +123,6 @@ func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -235,7 +235,7 @@ func TestMassClose(t *testing.T) {
 func skippedStateRuns(t *testing.T, tr *Tracker) uint64 {
 	t.Helper()
 	for _, a := range tr.attached {
-		if a.name == "conns_tcp_state" {
+		if a.name == connsProgConnsTcpState {
 			s, err := a.prog.Stats()
 			if err != nil {
 				t.Fatal(err)
@@ -243,7 +243,7 @@ func skippedStateRuns(t *testing.T, tr *Tracker) uint64 {
 			return s.RecursionMisses
 		}
 	}
-	t.Fatal("conns_tcp_state is not attached")
+	t.Fatal(connsProgConnsTcpState + " is not attached")
 	return 0
 }
 

@@ -30,8 +30,26 @@ type connsConn struct {
 	Dport      uint16
 	Family     uint16
 	State      uint8
-	Flags      uint8
+	Flags      connsConnFlags
 }
+
+type connsConnFlags uint8
+
+const (
+	connsConnFlagsCONN_PARTIAL connsConnFlags = 1
+	connsConnFlagsCONN_ACTIVE  connsConnFlags = 2
+	connsConnFlagsCONN_CLOSED  connsConnFlags = 4
+	connsConnFlagsCONN_OWNED   connsConnFlags = 8
+)
+
+type connsDropCounter uint32
+
+const (
+	connsDropCounterDROP_LOST     connsDropCounter = 0
+	connsDropCounterDROP_MAP_FULL connsDropCounter = 1
+	connsDropCounterDROP_COVERED  connsDropCounter = 2
+	connsDropCounterDROP_NR       connsDropCounter = 3
+)
 
 type connsFlow struct {
 	_          structs.HostLayout

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,20 +15,14 @@ import (
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // The tests run the far end of their traffic as a separate process (this
-// test binary re-executed with STC_HELPER set), so that the two ends of a
-// connection have different owners.
+// test binary re-executed as a helper), so that the two ends of a
+// connection have different owners. Parameters come in STC_* variables.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("STC_HELPER"); mode != "" {
-		if err := runHelper(mode); err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	reexec.Main(m, reexec.Helpers{"tcp": tcpHelper, "hold": holdHelper, "udp": udpHelper})
 }
 
 func envInt(name string) int {
@@ -37,89 +30,72 @@ func envInt(name string) int {
 	return n
 }
 
-// runHelper is the helper process. Modes:
-//
-//	tcp:  STC_COUNT times: connect to STC_ADDR, send STC_SEND bytes, read STC_RECV bytes, close
-//	hold: connect to STC_ADDR, print the local port, send what arrives on stdin until it closes
-//	udp:  from STC_COUNT sockets, send two STC_SEND-byte datagrams each and read two replies
-func runHelper(mode string) error {
-	addr := os.Getenv("STC_ADDR")
-	switch mode {
-	case "tcp":
-		for range max(envInt("STC_COUNT"), 1) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				return err
-			}
-			if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
-				return err
-			}
-			if _, err := io.ReadFull(c, make([]byte, envInt("STC_RECV"))); err != nil {
-				return err
-			}
-			if err := c.Close(); err != nil {
-				return err
-			}
-		}
-	case "hold":
-		c, err := net.Dial("tcp", addr)
+// tcpHelper, STC_COUNT times: connects to STC_ADDR, sends STC_SEND bytes,
+// reads STC_RECV bytes and closes.
+func tcpHelper() error {
+	for range max(envInt("STC_COUNT"), 1) {
+		c, err := net.Dial("tcp", os.Getenv("STC_ADDR"))
 		if err != nil {
 			return err
 		}
-		fmt.Println(c.LocalAddr().(*net.TCPAddr).Port)
-		if _, err := io.Copy(c, os.Stdin); err != nil {
+		if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
 			return err
 		}
-		return c.Close()
-	case "udp":
-		for range envInt("STC_COUNT") {
-			c, err := net.Dial("udp", addr)
-			if err != nil {
-				return err
-			}
-			buf := make([]byte, 65536)
-			for range 2 {
-				if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
-					return err
-				}
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if _, err := c.Read(buf); err != nil {
-					return err
-				}
-			}
-			c.Close()
+		if _, err := io.ReadFull(c, make([]byte, envInt("STC_RECV"))); err != nil {
+			return err
 		}
-	default:
-		return fmt.Errorf("unknown mode %q", mode)
+		if err := c.Close(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// helperComm is the helper's process name: it runs through a link of that
-// name, so its comm differs from the test's.
-const helperComm = "stc-helper"
-
-// helper prepares the helper process; env entries are "NAME=value".
-func helper(t *testing.T, mode string, env ...string) *exec.Cmd {
-	t.Helper()
-	self, err := os.Executable()
+// holdHelper connects to STC_ADDR, prints the local port and sends what
+// arrives on stdin until it closes.
+func holdHelper() error {
+	c, err := net.Dial("tcp", os.Getenv("STC_ADDR"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	link := filepath.Join(t.TempDir(), helperComm)
-	if err := os.Symlink(self, link); err != nil {
-		t.Fatal(err)
+	fmt.Println(c.LocalAddr().(*net.TCPAddr).Port)
+	if _, err := io.Copy(c, os.Stdin); err != nil {
+		return err
 	}
-	cmd := exec.Command(link)
-	cmd.Env = append(os.Environ(), append([]string{"STC_HELPER=" + mode}, env...)...)
-	cmd.Stderr = os.Stderr
-	return cmd
+	return c.Close()
 }
+
+// udpHelper, from STC_COUNT sockets, sends two STC_SEND-byte datagrams each
+// to STC_ADDR and reads two replies.
+func udpHelper() error {
+	for range envInt("STC_COUNT") {
+		c, err := net.Dial("udp", os.Getenv("STC_ADDR"))
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 65536)
+		for range 2 {
+			if _, err := c.Write(make([]byte, envInt("STC_SEND"))); err != nil {
+				return err
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(buf); err != nil {
+				return err
+			}
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// helperComm is the helpers' process name (reexec.CommandAs), so their
+// comm differs from the test's.
+const helperComm = "stc-helper"
 
 // runHelperProc runs a helper to completion and returns its pid.
 func runHelperProc(t *testing.T, mode string, env ...string) int {
 	t.Helper()
-	cmd := helper(t, mode, env...)
+	cmd := reexec.CommandAs(t, helperComm, mode, env...)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("helper %s: %v", mode, err)
 	}
@@ -130,7 +106,7 @@ func runHelperProc(t *testing.T, mode string, env ...string) int {
 // it with its local port and the pipe to what it sends.
 func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec.Cmd, int, io.Writer) {
 	t.Helper()
-	cmd := helper(t, "hold", "STC_ADDR="+addr)
+	cmd := reexec.CommandAs(t, helperComm, "hold", "STC_ADDR="+addr)
 	cmd.SysProcAttr = attr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -47,29 +47,29 @@ var hooks = []hook{
 	// only root may read; without them an accepted socket has its
 	// listener's owner until the process that closes it.
 	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
-		"sys_exit_accept4": "conns_accept4", "sys_exit_accept": "conns_accept"})}},
-	{"tcp-state", false, []candidate{tracing("conns_tcp_state", "conns_tcp_state_spare")}},
+		"sys_exit_accept4": connsProgConnsAccept4, "sys_exit_accept": connsProgConnsAccept})}},
+	{"tcp-state", false, []candidate{tracing(connsProgConnsTcpState, connsProgConnsTcpStateSpare)}},
 	// A closed socket is reported when it is destroyed: until then its
 	// application may still read what is queued. The same pairing.
-	{"tcp-destroy", false, []candidate{tracing("conns_tcp_destroy", "conns_tcp_destroy_spare")}},
+	{"tcp-destroy", false, []candidate{tracing(connsProgConnsTcpDestroy, connsProgConnsTcpDestroySpare)}},
 	// Optional: not used before 6.11 (see iteratorHazard); counters are
 	// then read at state changes only.
 	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
 	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
-	{"udp-owner", false, []candidate{cgroupProgram("conns_udp_owner", ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", false, []candidate{cgroupProgram("conns_udp_ingress", ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", false, []candidate{cgroupProgram("conns_udp_egress", ebpf.AttachCGroupInetEgress)}},
+	{"udp-owner", false, []candidate{cgroupProgram(connsProgConnsUdpOwner, ebpf.AttachCGroupInetSockCreate)}},
+	{"udp-ingress", false, []candidate{cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", false, []candidate{cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
 	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
 	// without it drops stay in bytes_in and drops_in is 0.
-	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing("conns_udp_drop"))}},
+	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
 }
 
 // The iterators over a network namespace's TCP sockets: user space runs
 // conns_refresh in every namespace with tracked sockets once per refresh,
 // and conns_adopt in every namespace at start-up.
 const (
-	refreshProgram = "conns_refresh"
-	adoptProgram   = "conns_adopt"
+	refreshProgram = connsProgConnsRefresh
+	adoptProgram   = connsProgConnsAdopt
 )
 
 // What the doctor table and the backend metric show for the shared hooks

@@ -61,7 +61,7 @@ func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 		PacketsOut: c.PacketsOut,
 		RTTus:      c.SrttUs,
 		Retrans:    c.Retrans,
-		Partial:    c.Flags&flagPartial != 0,
+		Partial:    c.Flags&connsConnFlagsCONN_PARTIAL != 0,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &c.Owner, 0)

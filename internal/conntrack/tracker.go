@@ -27,17 +27,6 @@ import (
 // reported closed.
 const DefaultUDPIdle = 5 * time.Second
 
-// flagPartial mirrors CONN_PARTIAL in bpf/conns.bpf.c.
-const flagPartial = 1
-
-// Indexes of the drops map (enum drop_counter in bpf/conns.bpf.c).
-const (
-	dropLost     = 0
-	dropMapFull  = 1
-	dropCovered  = 2
-	dropCounters = 3
-)
-
 // Capacity of the kernel tables (--max-connections). The default holds
 // 131,072 connections with both ends on this host (a loopback connection is
 // two sockets); docs/CONNECTIONS.md lists the memory each size locks.
@@ -77,15 +66,14 @@ func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 	if err := ValidMaxConnections(n); err != nil {
 		return fmt.Errorf("max connections %d: %w", n, err)
 	}
+	var maps connsMapSpecs
+	if err := spec.Assign(&maps); err != nil {
+		return err
+	}
 	// owners (UDP socket owners, an LRU that evicts gracefully and is
 	// preallocated) keeps its compiled size.
-	for _, name := range []string{"conns", "flows"} {
-		m, ok := spec.Maps[name]
-		if !ok {
-			return fmt.Errorf("map %s missing from the BPF object", name)
-		}
-		m.MaxEntries = uint32(n)
-	}
+	maps.Conns.MaxEntries = uint32(n)
+	maps.Flows.MaxEntries = uint32(n)
 	return nil
 }
 
@@ -149,8 +137,12 @@ func (t *Tracker) loadMaps() error {
 	if err := sizeMaps(t.spec, t.cfg.MaxConnections); err != nil {
 		return err
 	}
-	if err := t.spec.Variables["tracing_cookie"].Set(tracingCookie()); err != nil {
-		return fmt.Errorf("tracing_cookie: %w", err)
+	var vars connsVariableSpecs
+	if err := t.spec.Assign(&vars); err != nil {
+		return err
+	}
+	if err := vars.TracingCookie.Set(tracingCookie()); err != nil {
+		return fmt.Errorf("%s: %w", vars.TracingCookie.Name, err)
 	}
 	if err := t.spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return fmt.Errorf("creating connection maps: %w", err)
@@ -158,9 +150,9 @@ func (t *Tracker) loadMaps() error {
 	// Every map the programs share: a program loaded without its
 	// replacement here would silently get a map of its own.
 	t.maps = map[string]*ebpf.Map{
-		"conns": t.objs.Conns, "flows": t.objs.Flows, "owners": t.objs.Owners,
-		"listeners": t.objs.Listeners, "closed": t.objs.Closed, "drops": t.objs.Drops,
-		"state_marks": t.objs.StateMarks, "netns_new": t.objs.NetnsNew,
+		connsMapConns: t.objs.Conns, connsMapFlows: t.objs.Flows, connsMapOwners: t.objs.Owners,
+		connsMapListeners: t.objs.Listeners, connsMapClosed: t.objs.Closed, connsMapDrops: t.objs.Drops,
+		connsMapStateMarks: t.objs.StateMarks, connsMapNetnsNew: t.objs.NetnsNew,
 	}
 	for name := range t.spec.Maps {
 		if _, shared := t.maps[name]; !shared && !strings.HasPrefix(name, ".") { // .rodata: constants
@@ -392,10 +384,10 @@ func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
 // have a spare program; its own skipped runs are not losses, and the
 // changes it applied are not either.
 func (t *Tracker) drops() (lost, mapFull uint64, err error) {
-	var sums [dropCounters]uint64
+	var sums [connsDropCounterDROP_NR]uint64
 	for idx := range sums {
 		var perCPU []uint64
-		if err := t.objs.Drops.Lookup(uint32(idx), &perCPU); err != nil {
+		if err := t.objs.Drops.Lookup(connsDropCounter(idx), &perCPU); err != nil {
 			return 0, 0, fmt.Errorf("reading drop counters: %w", err)
 		}
 		for _, v := range perCPU {
@@ -415,6 +407,6 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	// Never below zero: the counters are read one after the other while
 	// programs run.
-	skipped -= min(skipped, sums[dropCovered])
-	return sums[dropLost] + t.closed.lost.Load() + skipped, sums[dropMapFull], nil
+	skipped -= min(skipped, sums[connsDropCounterDROP_COVERED])
+	return sums[connsDropCounterDROP_LOST] + t.closed.lost.Load() + skipped, sums[connsDropCounterDROP_MAP_FULL], nil
 }

@@ -43,38 +43,40 @@ const defaultMaxHistograms = 4096
 // the verifier can prune on, and map sizes. taiClock and skStorageTracing
 // say what the kernel offers tracing programs (see bpf/latency.bpf.c).
 func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock, skStorageTracing bool) error {
-	consts := map[string]any{
-		"tai_clock":             taiClock,
-		"sk_storage_in_tracing": skStorageTracing,
-		"netns_inum":            netnsInum,
-		"min_queue_len":         cfg.MinQueueLen,
-		"filter_pid":            len(cfg.PIDs) > 0,
-		"filter_ifindex":        len(cfg.Ifindexes) > 0,
-		"filter_cgroup":         len(cfg.Cgroups) > 0,
-		"group_by_ifindex":      cfg.GroupByIface,
-		"group_by_cgroup":       cfg.GroupByCgroup,
-		"group_by_process":      cfg.GroupByProcess,
-		"include_hol_blocked":   cfg.IncludeHOL,
+	var s latencySpecs
+	if err := spec.Assign(&s); err != nil {
+		return err
 	}
-	for name, v := range consts {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("setting %s: %w", name, err)
+	consts := []struct {
+		v     *ebpf.VariableSpec
+		value any
+	}{
+		{s.TaiClock, taiClock},
+		{s.SkStorageInTracing, skStorageTracing},
+		{s.NetnsInum, netnsInum},
+		{s.MinQueueLen, cfg.MinQueueLen},
+		{s.FilterPid, len(cfg.PIDs) > 0},
+		{s.FilterIfindex, len(cfg.Ifindexes) > 0},
+		{s.FilterCgroup, len(cfg.Cgroups) > 0},
+		{s.GroupByIfindex, cfg.GroupByIface},
+		{s.GroupByCgroup, cfg.GroupByCgroup},
+		{s.GroupByProcess, cfg.GroupByProcess},
+		{s.IncludeHolBlocked, cfg.IncludeHOL},
+	}
+	for _, c := range consts {
+		if err := c.v.Set(c.value); err != nil {
+			return fmt.Errorf("setting %s: %w", c.v.Name, err)
 		}
 	}
-	sizes := map[string]int{
-		"pid_filter":     len(cfg.PIDs),
-		"ifindex_filter": len(cfg.Ifindexes),
-		"cgroup_filter":  len(cfg.Cgroups),
-	}
-	for name, n := range sizes {
-		spec.Maps[name].MaxEntries = uint32(max(n, 1))
-	}
-	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
+	s.PidFilter.MaxEntries = uint32(max(len(cfg.PIDs), 1))
+	s.IfindexFilter.MaxEntries = uint32(max(len(cfg.Ifindexes), 1))
+	s.CgroupFilter.MaxEntries = uint32(max(len(cfg.Cgroups), 1))
+	s.Hists.MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
 	if !cfg.GroupByIface && !cfg.GroupByCgroup && !cfg.GroupByProcess {
-		spec.Maps["hists"].MaxEntries = 1 // unused: one histogram per hook, in hook_hists
+		s.Hists.MaxEntries = 1 // unused: one histogram per hook, in hook_hists
 	}
 	if skStorageTracing {
-		spec.Maps["tcp_states_by_sock"].MaxEntries = 1 // unused
+		s.TcpStatesBySock.MaxEntries = 1 // unused
 	}
 	return nil
 }
@@ -83,17 +85,17 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 func fillFilters(maps map[string]*ebpf.Map, cfg Config) error {
 	one := uint8(1)
 	for _, pid := range cfg.PIDs {
-		if err := maps["pid_filter"].Put(pid, one); err != nil {
+		if err := maps[latencyMapPidFilter].Put(pid, one); err != nil {
 			return fmt.Errorf("pid filter: %w", err)
 		}
 	}
 	for _, idx := range cfg.Ifindexes {
-		if err := maps["ifindex_filter"].Put(idx, one); err != nil {
+		if err := maps[latencyMapIfindexFilter].Put(idx, one); err != nil {
 			return fmt.Errorf("interface filter: %w", err)
 		}
 	}
 	for _, id := range cfg.Cgroups {
-		if err := maps["cgroup_filter"].Put(id, one); err != nil {
+		if err := maps[latencyMapCgroupFilter].Put(id, one); err != nil {
 			return fmt.Errorf("cgroup filter: %w", err)
 		}
 	}

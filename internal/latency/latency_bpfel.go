@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type latencyBackend uint32
+
+const (
+	latencyBackendBACKEND_TRACEPOINT latencyBackend = 1
+	latencyBackendBACKEND_FENTRY     latencyBackend = 2
+)
+
 type latencyEnqueuedTail struct {
 	_      structs.HostLayout
 	Skb    uint64
@@ -35,6 +42,19 @@ type latencyHistValue struct {
 	Slots [36]uint64
 }
 
+type latencyHook uint32
+
+const (
+	latencyHookHOOK_IP_START          latencyHook = 0
+	latencyHookHOOK_TCP_START         latencyHook = 1
+	latencyHookHOOK_UDP_START         latencyHook = 2
+	latencyHookHOOK_TCP_SOCK_ENQUEUED latencyHook = 3
+	latencyHookHOOK_UDP_SOCK_ENQUEUED latencyHook = 4
+	latencyHookHOOK_TCP_SOCK_READ     latencyHook = 5
+	latencyHookHOOK_UDP_SOCK_READ     latencyHook = 6
+	latencyHookN_HOOKS                latencyHook = 7
+)
+
 type latencyPendingRead struct {
 	_    structs.HostLayout
 	Task uint64
@@ -44,9 +64,23 @@ type latencyPendingRead struct {
 		Skb     uint64
 		Tstamp  int64
 		Ifindex uint32
-		Skip    uint32
+		Skip    latencyReason
 	}
 }
+
+type latencyReason uint32
+
+const (
+	latencyReasonREASON_RECORDED       latencyReason = 0
+	latencyReasonREASON_NO_STAMP       latencyReason = 1
+	latencyReasonREASON_FUTURE_STAMP   latencyReason = 2
+	latencyReasonREASON_DELIVERY_TIME  latencyReason = 3
+	latencyReasonREASON_HIST_FULL      latencyReason = 4
+	latencyReasonREASON_HOL_BLOCKED    latencyReason = 5
+	latencyReasonREASON_FIFO_FULL      latencyReason = 6
+	latencyReasonREASON_READ_UNTRACKED latencyReason = 7
+	latencyReasonN_REASONS             latencyReason = 8
+)
 
 type latencySockKey struct {
 	_     structs.HostLayout
@@ -70,14 +104,14 @@ type latencyUdpFifo struct {
 		Skb     uint64
 		Tstamp  int64
 		Ifindex uint32
-		Skip    uint32
+		Skip    latencyReason
 	}
 	Newest struct {
 		_       structs.HostLayout
 		Skb     uint64
 		Tstamp  int64
 		Ifindex uint32
-		Skip    uint32
+		Skip    latencyReason
 	}
 	Head uint32
 	Tail uint32

@@ -20,6 +20,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // TestEveryProbeSeesPeerTraffic sends UDP datagrams, TCP messages and raw TCP
@@ -372,8 +373,6 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 // 0 and comm "-".
 func TestProcessGrouping(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-proc", 13)
-	comm := filepath.Base(os.Args[0])
-	comm = comm[:min(len(comm), 15)] // TASK_COMM_LEN - 1
 	type process struct {
 		pid  uint32
 		comm string
@@ -399,7 +398,7 @@ func TestProcessGrouping(t *testing.T) {
 					reads[process{key.pid, key.comm}] = n - before[key]
 				}
 			}
-			want := map[process]uint64{{uint32(a), comm}: 3, {uint32(b), comm}: 5}
+			want := map[process]uint64{{uint32(a), readerComm}: 3, {uint32(b), readerComm}: 5}
 			if !maps.Equal(reads, want) {
 				counters, _ := tr.Counters()
 				t.Errorf("%s per process: %v, want %v; counters %+v", hook, reads, want, counters)
@@ -480,8 +479,7 @@ func readInChild(t *testing.T, p *testenv.Peer, proto, dir string, n int) int {
 	t.Helper()
 	sock, send := peerSocket(t, p, proto)
 	defer sock.Close()
-	child := exec.Command(os.Args[0], "-test.run=^TestHelperReadMessages$")
-	child.Env = append(os.Environ(), "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
+	child := reexec.CommandAs(t, readerComm, "read-messages", "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
 	child.ExtraFiles = []*os.File{sock} // fd 3
 	if dir != "" {
 		cg, err := os.Open(dir)
@@ -491,7 +489,6 @@ func readInChild(t *testing.T, p *testenv.Peer, proto, dir string, n int) int {
 		defer cg.Close()
 		child.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	}
-	child.Stderr = os.Stderr
 	stdout, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -556,12 +553,20 @@ func peerSocket(t *testing.T, p *testenv.Peer, proto string) (*os.File, func()) 
 	}
 }
 
-// TestHelperReadMessages is the child of readInChild: it reads messages from
-// the socket at fd 3 and acknowledges each on stdout.
-func TestHelperReadMessages(t *testing.T) {
+// readerComm is the process name of readInChild's children.
+const readerComm = "stl-reader"
+
+func TestMain(m *testing.M) {
+	reexec.Main(m, reexec.Helpers{"read-messages": readMessages})
+}
+
+// readMessages is the child of readInChild: it reads STL_READ_MESSAGES
+// messages from the STL_READ_PROTO socket at fd 3 and acknowledges each on
+// stdout.
+func readMessages() error {
 	n, err := strconv.Atoi(os.Getenv("STL_READ_MESSAGES"))
 	if err != nil {
-		t.Skip("helper process for readInChild")
+		return err
 	}
 	sock := os.NewFile(3, "socket")
 	var conn net.Conn
@@ -573,16 +578,17 @@ func TestHelperReadMessages(t *testing.T) {
 		conn, err = net.FileConn(sock)
 	}
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	buf := make([]byte, len("message"))
 	for range n {
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, err := io.ReadFull(conn, buf); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		fmt.Println("read")
 	}
+	return nil
 }
 
 // TestUDPReadCoverage measures which share of UDP reads the FIFO design of

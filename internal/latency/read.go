@@ -69,6 +69,10 @@ func commString(c [16]int8) string {
 	return string(b)
 }
 
+// The C's histograms have internal/hist's buckets and one slot more, the
+// sum (MAX_SLOT, SUM_SLOT): a build fails when the two disagree.
+var _ [hist.NBuckets + 1]uint64 = latencyHistValue{}.Slots
+
 // keyedSeries is a series with the map key it came from, to sort by.
 type keyedSeries struct {
 	key latencyHistKey
@@ -82,7 +86,7 @@ type keyedSeries struct {
 func (t *Tracer) Read() ([]hist.Series, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	if t.maps["hists"] == nil {
+	if t.maps[latencyMapHists] == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
 	var out []keyedSeries
@@ -141,15 +145,15 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 	var key latencyHistKey
 	var perCPU []latencyHistValue
-	it := t.maps["hists"].Iterate()
+	it := t.maps[latencyMapHists].Iterate()
 	for it.Next(&key, &perCPU) {
 		fn(key, perCPU)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("reading histograms: %w", err)
 	}
-	var hook uint32
-	it = t.maps["hook_hists"].Iterate()
+	var hook latencyHook
+	it = t.maps[latencyMapHookHists].Iterate()
 	for it.Next(&hook, &perCPU) {
 		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
 			fn(latencyHistKey{Hook: uint16(hook)}, perCPU)
@@ -165,13 +169,26 @@ func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 // histogram map.
 const ReasonHistFull = "hist_full"
 
-// Reasons name the debug counters, in the order of enum reason in the BPF
-// program: what happened to each packet a hook saw.
-var Reasons = []string{"recorded", "no_stamp", "future_stamp", "delivery_time", ReasonHistFull,
-	"hol_blocked", "fifo_full", "read_untracked"}
+// numReasons is the number of debug counters per hook.
+const numReasons = int(latencyReasonN_REASONS)
 
-// reasonRecorded is REASON_RECORDED, the first of Reasons.
-const reasonRecorded = 0
+// Reasons name the debug counters by enum reason of the BPF program: what
+// happened to each packet a hook saw. TestReasonsNamed fails when the C
+// gains a reason without a name here.
+var Reasons = [numReasons]string{
+	latencyReasonREASON_RECORDED:       "recorded",
+	latencyReasonREASON_NO_STAMP:       "no_stamp",
+	latencyReasonREASON_FUTURE_STAMP:   "future_stamp",
+	latencyReasonREASON_DELIVERY_TIME:  "delivery_time",
+	latencyReasonREASON_HIST_FULL:      ReasonHistFull,
+	latencyReasonREASON_HOL_BLOCKED:    "hol_blocked",
+	latencyReasonREASON_FIFO_FULL:      "fifo_full",
+	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
+}
+
+// reasonRecorded is never counted by the programs: it is the samples in the
+// hook's histograms.
+const reasonRecorded = latencyReasonREASON_RECORDED
 
 // Counter is one debug counter: how many packets a hook saw for a reason.
 type Counter struct {
@@ -186,7 +203,7 @@ type Counter struct {
 func (t *Tracer) Counters() ([]Counter, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps["counters"]
+	m := t.maps[latencyMapCounters]
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
@@ -205,14 +222,15 @@ func (t *Tracer) Counters() ([]Counter, error) {
 	for _, h := range Hooks {
 		for r, reason := range Reasons {
 			var perCPU []uint64
-			if err := m.Lookup(uint32(int(h)*len(Reasons)+r), &perCPU); err != nil {
+			// The key of count() in the C: hook * N_REASONS + reason.
+			if err := m.Lookup(uint32(int(h)*numReasons+r), &perCPU); err != nil {
 				return nil, fmt.Errorf("reading counters: %w", err)
 			}
 			var n uint64
 			for _, v := range perCPU {
 				n += v
 			}
-			if r == reasonRecorded {
+			if latencyReason(r) == reasonRecorded {
 				n = recorded[h]
 			}
 			if n > 0 {

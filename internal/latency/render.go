@@ -85,7 +85,7 @@ func siNanos(ns float64) string {
 	return fmt.Sprintf("%.3g%s", ns, units[u])
 }
 
-// Record is the JSON form of one series at one report (DESIGN.md): counts
+// Record is the JSON form of one series at one report (docs/LATENCY.md, "JSON"): counts
 // are cumulative since start, and each bucket's count is cumulative over the
 // buckets below it too, as Prometheus' le buckets are. Buckets run from the
 // first to the last non-empty one; the top bucket (le_ns 2^34) also holds

@@ -20,53 +20,53 @@ import (
 // fentryPlan lists, per hook, the programs that implement it on the fentry
 // backend: netstacklat's own attachment points.
 var fentryPlan = map[Hook][]string{
-	IPStart:           {"fentry_ip_rcv_core", "fentry_ip6_rcv_core"},
-	TCPStart:          {"fentry_tcp_v4_rcv", "fentry_tcp_v6_rcv"},
-	UDPStart:          {"fentry_udp_rcv", "fentry_udpv6_rcv"},
-	TCPSocketEnqueued: {"fexit_tcp_queue_rcv"},
-	UDPSocketEnqueued: {"fexit_udp_enqueue_schedule_skb"},
-	TCPSocketRead:     {"fentry_tcp_recv_timestamp"},
-	UDPSocketRead:     {"fentry_skb_consume_udp"},
+	IPStart:           {latencyProgFentryIpRcvCore, latencyProgFentryIp6RcvCore},
+	TCPStart:          {latencyProgFentryTcpV4Rcv, latencyProgFentryTcpV6Rcv},
+	UDPStart:          {latencyProgFentryUdpRcv, latencyProgFentryUdpv6Rcv},
+	TCPSocketEnqueued: {latencyProgFexitTcpQueueRcv},
+	UDPSocketEnqueued: {latencyProgFexitUdpEnqueueScheduleSkb},
+	TCPSocketRead:     {latencyProgFentryTcpRecvTimestamp},
+	UDPSocketRead:     {latencyProgFentrySkbConsumeUdp},
 }
 
 // ipv6Programs are the programs a hook can do without: on a kernel without
 // IPv6 (or with the function inlined away) the hook still sees IPv4.
 var ipv6Programs = map[string]bool{
-	"fentry_ip6_rcv_core": true,
-	"fentry_tcp_v6_rcv":   true,
-	"fentry_udpv6_rcv":    true,
+	latencyProgFentryIp6RcvCore: true,
+	latencyProgFentryTcpV6Rcv:   true,
+	latencyProgFentryUdpv6Rcv:   true,
 }
 
 // tracepointPlan lists, per hook, the programs that implement it on the
 // tracepoint backend. A program shared by several hooks is attached once.
 var tracepointPlan = map[Hook][]string{
-	IPStart:           {"nf_ip_start"},
-	TCPStart:          {"nf_l4_start"},
-	UDPStart:          {"nf_l4_start"},
-	TCPSocketEnqueued: {"tp_sk_data_ready"},
-	UDPSocketEnqueued: {"tp_sk_data_ready"},
-	TCPSocketRead:     {"tp_skb_copy_datagram_iovec", "tp_sock_recv_length"},
-	UDPSocketRead:     {"tp_sk_data_ready", "tp_sock_recv_length"},
+	IPStart:           {latencyProgNfIpStart},
+	TCPStart:          {latencyProgNfL4Start},
+	UDPStart:          {latencyProgNfL4Start},
+	TCPSocketEnqueued: {latencyProgTpSkDataReady},
+	UDPSocketEnqueued: {latencyProgTpSkDataReady},
+	TCPSocketRead:     {latencyProgTpSkbCopyDatagramIovec, latencyProgTpSockRecvLength},
+	UDPSocketRead:     {latencyProgTpSkDataReady, latencyProgTpSockRecvLength},
 }
 
 // programRuns says, per program, on what event it runs: what each probe
 // costs per packet, for -l and docs/LATENCY.md.
 var programRuns = map[string]string{
-	"fentry_ip_rcv_core":             "IPv4 packet",
-	"fentry_ip6_rcv_core":            "IPv6 packet",
-	"fentry_tcp_v4_rcv":              "IPv4 TCP segment",
-	"fentry_tcp_v6_rcv":              "IPv6 TCP segment",
-	"fentry_udp_rcv":                 "IPv4 UDP datagram",
-	"fentry_udpv6_rcv":               "IPv6 UDP datagram",
-	"fexit_tcp_queue_rcv":            "TCP segment queued",
-	"fexit_udp_enqueue_schedule_skb": "UDP datagram queued",
-	"fentry_tcp_recv_timestamp":      "stamped TCP read",
-	"fentry_skb_consume_udp":         "UDP read",
-	"nf_ip_start":                    "packet",
-	"nf_l4_start":                    "packet delivered locally",
-	"tp_sk_data_ready":               "socket wakeup",
-	"tp_skb_copy_datagram_iovec":     "skb read",
-	"tp_sock_recv_length":            "read",
+	latencyProgFentryIpRcvCore:            "IPv4 packet",
+	latencyProgFentryIp6RcvCore:           "IPv6 packet",
+	latencyProgFentryTcpV4Rcv:             "IPv4 TCP segment",
+	latencyProgFentryTcpV6Rcv:             "IPv6 TCP segment",
+	latencyProgFentryUdpRcv:               "IPv4 UDP datagram",
+	latencyProgFentryUdpv6Rcv:             "IPv6 UDP datagram",
+	latencyProgFexitTcpQueueRcv:           "TCP segment queued",
+	latencyProgFexitUdpEnqueueScheduleSkb: "UDP datagram queued",
+	latencyProgFentryTcpRecvTimestamp:     "stamped TCP read",
+	latencyProgFentrySkbConsumeUdp:        "UDP read",
+	latencyProgNfIpStart:                  "packet",
+	latencyProgNfL4Start:                  "packet delivered locally",
+	latencyProgTpSkDataReady:              "socket wakeup",
+	latencyProgTpSkbCopyDatagramIovec:     "skb read",
+	latencyProgTpSockRecvLength:           "read",
 }
 
 // Program is one BPF program of a probe and the event it runs on; a program
@@ -86,9 +86,12 @@ func Programs(h Hook, b features.Backend) []Program {
 	return out
 }
 
-// backendIDs are the BACKEND_* values of the BPF program: a hook records
-// samples only in programs of the backend it chose.
-var backendIDs = map[features.Backend]uint32{features.Tracepoint: 1, features.FentryBE: 2}
+// backendIDs are the values of enum backend of the BPF program: a hook
+// records samples only in programs of the backend it chose.
+var backendIDs = map[features.Backend]latencyBackend{
+	features.Tracepoint: latencyBackendBACKEND_TRACEPOINT,
+	features.FentryBE:   latencyBackendBACKEND_FENTRY,
+}
 
 // netfilterHooks places the netfilter programs: ip-start as early as possible
 // in PRE_ROUTING, tcp/udp-start as late as possible in LOCAL_IN.
@@ -96,8 +99,8 @@ var netfilterHooks = map[string]struct {
 	hook     link.NetfilterInetHook
 	priority int32
 }{
-	"nf_ip_start": {link.NetfilterInetPreRouting, nfFirst},
-	"nf_l4_start": {link.NetfilterInetLocalIn, nfLast},
+	latencyProgNfIpStart: {link.NetfilterInetPreRouting, nfFirst},
+	latencyProgNfL4Start: {link.NetfilterInetLocalIn, nfLast},
 }
 
 // Tracer owns the loaded programs, their attachments and the histograms.
@@ -139,7 +142,7 @@ func Start(cfg Config) (*Tracer, error) {
 		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
 		t.choices = append(t.choices, c)
 		if err == nil {
-			err = t.maps["hook_backends"].Put(uint32(h), backendIDs[c.Backend])
+			err = t.maps[latencyMapHookBackends].Put(latencyHook(h), backendIDs[c.Backend])
 		}
 		if err != nil {
 			t.close()
@@ -273,8 +276,10 @@ func (t *Tracer) attach(name string) (attachment, error) {
 }
 
 // loadMaps creates every map of the object once; programs loaded later share
-// them. A map of a type the kernel lacks (task storage before 5.11) is left
-// out with the reason: only the programs that use it cannot load.
+// them. A map of a type the kernel lacks is left out with the reason: only
+// the programs that use it cannot load. (Every map type the object has
+// today exists since 5.2; the task storage map that needed this, 5.11+, is
+// gone.)
 func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, map[string]error, error) {
 	mapsOnly := spec.Copy()
 	mapsOnly.Programs = nil

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,38 +15,35 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
-// idleHelperEnv makes the test binary a client that opens idle connections
-// (TestMain): the file limit here (20,000) cannot hold 20,000 client and the
-// server's sockets in one process.
-const idleHelperEnv = "PROMWEB_IDLE_CLIENTS"
+// idleHelperSpec is the idle-clients helper's parameter, "n addr": the file
+// limit here (20,000) cannot hold 20,000 client and the server's sockets in
+// one process.
+const idleHelperSpec = "PROMWEB_IDLE_CLIENTS"
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(idleHelperEnv); spec != "" {
-		os.Exit(idleClients(spec))
-	}
-	os.Exit(m.Run())
+	reexec.Main(m, reexec.Helpers{"idle-clients": idleClients})
 }
 
-// idleClients opens n connections to addr ("n addr"): every other one sends
-// a request without credentials and keeps the connection after the 401, the
-// rest never send anything. It prints "ready <401s>" and holds them all
-// until its stdin closes.
-func idleClients(spec string) int {
+// idleClients opens n connections to addr (idleHelperSpec): every other one
+// sends a request without credentials and keeps the connection after the
+// 401, the rest never send anything. It prints "ready <401s>" and holds
+// them all until its stdin closes.
+func idleClients() error {
 	var n int
 	var addr string
-	if _, err := fmt.Sscan(spec, &n, &addr); err != nil {
-		fmt.Println("bad spec:", err)
-		return 1
+	if _, err := fmt.Sscan(os.Getenv(idleHelperSpec), &n, &addr); err != nil {
+		return fmt.Errorf("bad spec: %w", err)
 	}
 	conns := make([]net.Conn, 0, n)
 	unauthorized := 0
 	for i := range n {
 		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 		if err != nil {
-			fmt.Printf("connection %d: %v\n", i, err)
-			return 1
+			return fmt.Errorf("connection %d: %w", i, err)
 		}
 		conns = append(conns, c)
 		if i%2 == 1 {
@@ -66,7 +62,7 @@ func idleClients(spec string) int {
 	}
 	fmt.Println("ready", unauthorized)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
-	return 0
+	return nil
 }
 
 func authConfig(t *testing.T, user, pass string) (path, content string) {
@@ -90,8 +86,7 @@ func TestIdleConnectionsDoNotStarveScrapes(t *testing.T) {
 	var wg sync.WaitGroup
 	var unauthorized [helpers]int
 	for h := range helpers {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s", idleHelperEnv, perHelper, addr))
+		cmd := reexec.Command(t, "idle-clients", fmt.Sprintf("%s=%d %s", idleHelperSpec, perHelper, addr))
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
