@@ -426,10 +426,13 @@ static __always_inline bool tracked_change(int oldstate, int newstate)
  * (the socket lock serialises them), so the socket's own entry tells the
  * two apart where per-CPU state cannot (it holds across a preemption
  * between the two programs): conns_tcp_state leaves it in the new state,
- * a skipped run in the old one. A change that found the table full left
- * no entry: for it alone the first program leaves a mark here, keyed like
- * the entry it could not make, so that the spare neither applies it again
- * nor counts it twice.
+ * a skipped run in the old one. A change that leaves no entry — one that
+ * is not tracked (a child's birth into SYN_RECV, about one per accepted
+ * connection) or that found the table full — the first program marks here
+ * instead, by socket address, and the spare consumes the mark: so that the
+ * spare counts only the changes whose first run was skipped (the loss
+ * counter subtracts them from the kernel's count of skipped runs), and
+ * neither applies nor counts a table-full change twice.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -443,9 +446,29 @@ static __always_inline u32 state_mark(int oldstate, int newstate)
 	return (u32)oldstate << 16 | (u32)newstate;
 }
 
+static __always_inline void mark_change(const struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 mark = state_mark(oldstate, newstate);
+	bpf_map_update_elem(&state_marks, &key, &mark, BPF_ANY);
+}
+
+/* marked tells whether conns_tcp_state marked this change, and consumes
+ * the mark: a socket reusing the memory may make the same change again. */
+static __always_inline bool marked(const struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 *mark = bpf_map_lookup_elem(&state_marks, &key);
+	if (!mark || *mark != state_mark(oldstate, newstate))
+		return false;
+	bpf_map_delete_elem(&state_marks, &key);
+	return true;
+}
+
 /* tcp_state_change records a TCP socket's move from oldstate to newstate
- * (a tracked_change) in the entry under cookie. */
-static __always_inline void tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
+ * (a tracked_change) in the entry under cookie; false if it has none (the
+ * table is full). */
+static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
 					     int newstate)
 {
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
@@ -468,11 +491,8 @@ static __always_inline void tcp_state_change(struct sock *sk, const struct tcp_s
 	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
 	bool created = false;
 	struct conn *c = tcp_entry(tp, cookie, flags, fin_state, &created);
-	if (!c) {
-		u32 mark = state_mark(oldstate, newstate);
-		bpf_map_update_elem(&state_marks, &cookie, &mark, BPF_ANY);
-		return;
-	}
+	if (!c)
+		return false;
 	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
 	 * in its process: without accept()'s exit (tcp-accept refused), that
 	 * is where an accepted socket learns its owner. */
@@ -498,7 +518,7 @@ static __always_inline void tcp_state_change(struct sock *sk, const struct tcp_s
 			c->owner = *o;
 	}
 	if (newstate != TCP_CLOSE)
-		return;
+		return true;
 	/* What it wrote is final; what it reads is not yet: the application
 	 * may still read what is queued (the peer's FIN can complete the
 	 * close before that), so the entry is reported when the socket is
@@ -506,31 +526,30 @@ static __always_inline void tcp_state_change(struct sock *sk, const struct tcp_s
 	c->flags |= CONN_CLOSED;
 	if (oldstate == TCP_LISTEN)
 		bpf_map_delete_elem(&listeners, &lk);
+	return true;
 }
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
-	const struct tcp_sock *tp;
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
 
-	if (tracked_change(oldstate, newstate) && (tp = tcp_of(sk)))
-		tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate);
+	if (!tp || !tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate))
+		mark_change(sk, oldstate, newstate);
 	return 0;
 }
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 {
-	const struct tcp_sock *tp;
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+	u64 cookie = tp ? tcp_key(sk) : 0;
+	struct conn *c = tp ? bpf_map_lookup_elem(&conns, &cookie) : NULL;
 
-	if (!tracked_change(oldstate, newstate) || !(tp = tcp_of(sk)))
-		return 0;
-	u64 cookie = tcp_key(sk);
-	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
-	u32 *mark = c ? NULL : bpf_map_lookup_elem(&state_marks, &cookie);
-	if (c ? c->state == newstate : mark && *mark == state_mark(oldstate, newstate))
+	if (c ? c->state == newstate : marked(sk, oldstate, newstate))
 		return 0; /* conns_tcp_state ran for it */
-	tcp_state_change(sk, tp, cookie, oldstate, newstate);
+	if (tp)
+		tcp_state_change(sk, tp, cookie, oldstate, newstate);
 	count_drop(DROP_COVERED);
 	return 0;
 }
