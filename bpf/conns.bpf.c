@@ -627,8 +627,15 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 	struct sock *sk = (void *)tp;
 	u64 key = tcp_key(sk);
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
-	if (c)
-		refresh(c, tp, sk->__sk_common.skc_state);
+	if (!c)
+		return 0;
+	/* connect() moves a socket into SYN_SENT before it binds the local
+	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
+	 * after), so that change recorded port 0; a socket the iterator
+	 * walks is hashed, its port bound. */
+	if (!c->sport)
+		read_tuple(c, sk);
+	refresh(c, tp, sk->__sk_common.skc_state);
 	return 0;
 }
 
