@@ -11,6 +11,10 @@
  * entry is deleted. Bytes are what the application wrote and read, derived
  * from sequence space (see tcp_bytes()).
  *
+ * The socket-side programs read kernel memory directly (BTF pointers: a
+ * load each, no helper call): a state change or a close then costs about
+ * what its map operations cost.
+ *
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
  * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
  * datagram with its socket, so unconnected sockets are split by peer.
@@ -243,31 +247,37 @@ static __always_inline u64 tcp_key(struct sock *sk)
 	if (tracing_cookie)
 		return bpf_get_socket_cookie(sk);
 	u64 addr = (u64)sk;
-	u64 cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	u64 cookie = sk->__sk_common.skc_cookie.counter;
 	if (!cookie || bpf_map_lookup_elem(&conns, &addr))
 		return addr;
 	return cookie;
 }
 
+/* sock_netns: sk must be a BTF pointer (a tp_btf argument, an iterator's
+ * socket), read directly. */
 static __always_inline u32 sock_netns(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	return sk->__sk_common.skc_net.net->ns.inum;
 }
 
-/* set_owner records the current task: call it only in process context. */
-static __always_inline void set_owner(struct owner *o, const struct sock *sk)
+/* set_owner records the current task: call it only in process context. The
+ * netns is the socket's, which every entry has from its creation. */
+static __always_inline void set_owner(struct owner *o)
 {
 	o->pid = bpf_get_current_pid_tgid() >> 32;
 	o->cgroup_id = bpf_get_current_cgroup_id();
-	o->netns = sock_netns(sk);
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
 }
 
-static __always_inline bool is_inet(const struct sock *sk, u16 type, u16 protocol)
+/* tcp_of returns an inet TCP socket as the tcp_sock it is (whose fields
+ * can then be read directly), or NULL for anything else. */
+static __always_inline const struct tcp_sock *tcp_of(struct sock *sk)
 {
-	u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
-	return (family == AF_INET || family == AF_INET6) && BPF_CORE_READ(sk, sk_type) == type &&
-	       BPF_CORE_READ(sk, sk_protocol) == protocol;
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk); /* full socket, IPPROTO_TCP */
+	if (!tp)
+		return NULL;
+	u16 family = sk->__sk_common.skc_family;
+	return (family == AF_INET || family == AF_INET6) && sk->sk_type == SOCK_STREAM ? tp : NULL;
 }
 
 /* fin_queued reports whether our FIN is in write_seq in this state:
@@ -297,14 +307,14 @@ static __always_inline bool fin_queued(int state)
  * Both stay exact past 4 GiB: the 64-bit counters carry the total, the
  * 32-bit differences are bounded by the buffers.
  */
-static __always_inline void tcp_bytes(struct conn *c, const struct sock *sk, int fin_state)
+static __always_inline void tcp_bytes(struct conn *c, const struct tcp_sock *tp, int fin_state)
 {
-	const struct tcp_sock *tp = (const void *)sk;
-	u64 received = BPF_CORE_READ(tp, bytes_received);
-	u32 unread = BPF_CORE_READ(tp, rcv_nxt) - BPF_CORE_READ(tp, copied_seq);
-	bool fin_in = BPF_CORE_READ((const struct sock_common___conns *)&sk->__sk_common, skc_flags) & (1UL << SOCK_DONE);
+	const struct sock *sk = (const void *)tp;
+	u64 received = tp->bytes_received;
+	u32 unread = tp->rcv_nxt - tp->copied_seq;
+	bool fin_in = ((const struct sock_common___conns *)&sk->__sk_common)->skc_flags & (1UL << SOCK_DONE);
 	u64 in = received - unread - (fin_in && !unread);
-	u64 out = BPF_CORE_READ(tp, bytes_acked) + (u32)(BPF_CORE_READ((const struct tcp_sock___conns *)tp, write_seq) - BPF_CORE_READ(tp, snd_una));
+	u64 out = tp->bytes_acked + (u32)(((const struct tcp_sock___conns *)tp)->write_seq - tp->snd_una);
 	u64 control = !!(c->flags & CONN_ACTIVE) + fin_queued(fin_state);
 
 	c->bytes_in = in > received ? 0 : in; /* never wraps, even on a torn read */
@@ -313,16 +323,14 @@ static __always_inline void tcp_bytes(struct conn *c, const struct sock *sk, int
 
 /* refresh copies what changes over a connection's life from the socket;
  * fin_state is the state that says whether our FIN is in its sequence space. */
-static __always_inline void refresh(struct conn *c, const struct sock *sk, int fin_state)
+static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, int fin_state)
 {
-	const struct tcp_sock *tp = (const void *)sk;
-
-	tcp_bytes(c, sk, fin_state);
-	c->packets_in = BPF_CORE_READ(tp, segs_in);
-	c->packets_out = BPF_CORE_READ(tp, segs_out);
-	c->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
-	c->retrans = BPF_CORE_READ(tp, total_retrans);
-	c->owner.netns = sock_netns(sk); /* the socket's, known even before its owner */
+	tcp_bytes(c, tp, fin_state);
+	c->packets_in = tp->segs_in;
+	c->packets_out = tp->segs_out;
+	c->srtt_us = tp->srtt_us >> 3;
+	c->retrans = tp->total_retrans;
+	c->owner.netns = sock_netns((const void *)tp); /* the socket's, known even before its owner */
 }
 
 /* read_tuple copies the addresses and ports. A connecting socket gets its
@@ -331,16 +339,18 @@ static __always_inline void refresh(struct conn *c, const struct sock *sk, int f
  * zeroed the local port. */
 static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
 {
-	c->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	const struct sock_common *skc = &sk->__sk_common;
+
+	c->family = skc->skc_family;
 	if (c->family == AF_INET) {
-		bpf_core_read(c->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
-		bpf_core_read(c->daddr, 4, &sk->__sk_common.skc_daddr);
+		__builtin_memcpy(c->saddr, &skc->skc_rcv_saddr, 4);
+		__builtin_memcpy(c->daddr, &skc->skc_daddr, 4);
 	} else {
-		bpf_core_read(c->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-		bpf_core_read(c->daddr, 16, &sk->__sk_common.skc_v6_daddr);
+		__builtin_memcpy(c->saddr, &skc->skc_v6_rcv_saddr, 16);
+		__builtin_memcpy(c->daddr, &skc->skc_v6_daddr, 16);
 	}
-	c->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	c->dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	c->sport = skc->skc_num;
+	c->dport = bpf_ntohs(skc->skc_dport);
 }
 
 /* active_guess tells whether a socket first seen after its start made its
@@ -351,128 +361,64 @@ static __always_inline bool active_guess(const struct conn *c)
 	return !bpf_map_lookup_elem(&listeners, &lk);
 }
 
-/* tcp_entry returns the socket's entry, creating it with flags when create
- * is set; fin_state as for refresh(). */
-static __always_inline struct conn *tcp_entry(struct sock *sk, u64 cookie, bool create, u8 flags, int fin_state)
+/* tcp_entry returns the socket's entry, creating it with flags if it has
+ * none (*created tells); fin_state as for refresh(). */
+static __always_inline struct conn *tcp_entry(const struct tcp_sock *tp, u64 cookie, u8 flags, int fin_state,
+					      bool *created)
 {
+	const struct sock *sk = (const void *)tp;
 	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
-	if (c || !create)
+	if (c)
 		return c;
 	/* User space reads the table while programs run: an entry is inserted
 	 * complete, never seen without its addresses and state. */
 	struct conn fresh = { .cookie = cookie, .sk = (u64)sk, .flags = flags };
 	read_tuple(&fresh, sk);
-	fresh.owner.netns = sock_netns(sk);
+	refresh(&fresh, tp, fin_state);
 	if ((flags & CONN_PARTIAL) && active_guess(&fresh))
 		fresh.flags |= CONN_ACTIVE;
-	fresh.state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	refresh(&fresh, sk, fin_state);
+	fresh.state = sk->__sk_common.skc_state;
 	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
-	if (err && err != -EEXIST /* another CPU created it first */) {
+	if (err == -EEXIST) /* another CPU created it first */
+		return bpf_map_lookup_elem(&conns, &cookie);
+	if (err) {
 		count_drop(DROP_MAP_FULL);
 		return NULL;
 	}
+	*created = true;
 	u8 one = 1;
 	if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
 		bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
+/* The ring's reader is woken only once this much waits in it: user space
+ * drains it at every refresh anyway (ringbuf.Reader.Flush), and a wakeup
+ * per event (the default) costs the closing program a self-IPI and the
+ * reader's wakeup, microseconds on a virtual machine. A quarter of the
+ * 4 MiB ring leaves room for a burst while the reader catches up. */
+#define CLOSED_WAKEUP_BYTES (1 << 20)
+
 /* report_closed writes a closed connection's final entry to the ring. */
 static __always_inline void report_closed(struct conn *c)
 {
+	u64 wake = bpf_ringbuf_query(&closed, BPF_RB_AVAIL_DATA) >= CLOSED_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP :
+											  BPF_RB_NO_WAKEUP;
 	c->state = TCP_CLOSE;
-	if (bpf_ringbuf_output(&closed, c, sizeof(*c), 0))
+	if (bpf_ringbuf_output(&closed, c, sizeof(*c), wake))
 		count_drop(DROP_LOST);
 }
 
-/* tcp_state_change records a TCP socket's move from oldstate to newstate. */
-static __always_inline void tcp_state_change(struct sock *sk, int oldstate, int newstate)
+/* tracked_change tells the state changes the programs record. A child
+ * socket is cloned from its listener into SYN_RECV, in softirq, still
+ * carrying the listener's cookie (reset only later on 5.10 and 6.1): it is
+ * taken as born when it becomes ESTABLISHED, moments later in the same
+ * softirq, with its own identity. One that dies in SYN_RECV instead (it
+ * lost a race with a twin created for the same handshake) was never a
+ * connection of its own. */
+static __always_inline bool tracked_change(int oldstate, int newstate)
 {
-	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
-		return;
-	/* A child socket is cloned from its listener into SYN_RECV, in
-	 * softirq, still carrying the listener's cookie (reset only later on
-	 * 5.10 and 6.1): it is taken as born when it becomes ESTABLISHED,
-	 * moments later in the same softirq, with its own identity. One that
-	 * dies in SYN_RECV instead (it lost a race with a twin created for the
-	 * same handshake) was never a connection of its own. */
-	if (newstate == TCP_SYN_RECV || (oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE))
-		return;
-	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
-	/* connect() and listen() start a socket's life in its process. */
-	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
-	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
-	 * a move into TCP_CLOSE keeps what the state before it had queued. */
-	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
-				oldstate : newstate;
-	u64 cookie = tcp_key(sk);
-	if (started) {
-		/* A socket reused after close (connect() again) ends its
-		 * previous connection here. */
-		struct conn *old = bpf_map_lookup_elem(&conns, &cookie);
-		if (old && (old->flags & CONN_CLOSED))
-			report_closed(old);
-		bpf_map_delete_elem(&conns, &cookie);
-	}
-	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
-	struct conn *c = tcp_entry(sk, cookie, true, flags, fin_state);
-	if (!c)
-		return;
-	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
-	 * in its process: without accept()'s exit (tcp-accept refused), that
-	 * is where an accepted socket learns its owner. */
-	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
-	if (started || (closing && !(c->flags & CONN_OWNED))) {
-		set_owner(&c->owner, sk);
-		c->flags |= CONN_OWNED;
-	}
-	if (newstate != TCP_CLOSE || !c->family)
-		read_tuple(c, sk);
-	refresh(c, sk, fin_state);
-	c->state = newstate; /* the socket's own field changes after the tracepoint */
-	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
-	if (newstate == TCP_LISTEN)
-		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
-	if (accepted) {
-		/* Its local port is its listener's; it is whole. */
-		c->flags &= ~(CONN_PARTIAL | CONN_ACTIVE);
-		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
-		if (o && !c->owner.pid)
-			c->owner = *o;
-	}
-	if (newstate != TCP_CLOSE)
-		return;
-	/* What it wrote is final; what it reads is not yet: the application
-	 * may still read what is queued (the peer's FIN can complete the
-	 * close before that), so the entry is reported when the socket is
-	 * destroyed, by tcp_destroyed(). */
-	c->flags |= CONN_CLOSED;
-	if (oldstate == TCP_LISTEN)
-		bpf_map_delete_elem(&listeners, &lk);
-}
-
-/*
- * tcp_destroyed reports a socket's final entry when the kernel destroys it
- * (the application closed it, or it was an orphan that reached
- * TCP_CLOSE): its bytes read are final only now. It returns whether it
- * reported anything.
- */
-static __always_inline bool tcp_destroyed(struct sock *sk)
-{
-	if (!is_inet(sk, SOCK_STREAM, IPPROTO_TCP))
-		return false;
-	u64 key = tcp_key(sk);
-	struct conn *c = bpf_map_lookup_elem(&conns, &key);
-	if (!c)
-		return false;
-	u64 out = c->bytes_out;
-	refresh(c, sk, c->state); /* no move into TCP_CLOSE seen: as of its last state */
-	if (c->flags & CONN_CLOSED)
-		c->bytes_out = out;
-	report_closed(c);
-	bpf_map_delete_elem(&conns, &key);
-	return true;
+	return newstate != TCP_SYN_RECV && !(oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE);
 }
 
 /*
@@ -481,14 +427,18 @@ static __always_inline bool tcp_destroyed(struct sock *sk)
  * in process context (mass closes do this all the time), or on 7.x a task
  * preempted inside the program. Two programs share the tracepoint and are
  * called in the order they were attached: conns_tcp_state applies every
- * change it runs for and then marks the socket with it;
- * conns_tcp_state_spare applies only a change the socket is not marked
- * with, i.e. one the first program's run was skipped for. Changes of one
- * socket do not interrupt each other (the socket lock serialises them), so
- * a mark per socket tells events apart where per-CPU state cannot: it holds
- * across a preemption between the two programs. Keyed by the socket's
- * address: a socket reusing a freed one's memory starts with a move out of
- * TCP_CLOSE, which no last move of the old one (into TCP_CLOSE) equals.
+ * change it runs for, conns_tcp_state_spare only one the first program's
+ * run was skipped for. Changes of one socket do not interrupt each other
+ * (the socket lock serialises them), so the socket's own entry tells the
+ * two apart where per-CPU state cannot (it holds across a preemption
+ * between the two programs): conns_tcp_state leaves it in the new state,
+ * a skipped run in the old one. A change that leaves no entry — one that
+ * is not tracked (a child's birth into SYN_RECV, about one per accepted
+ * connection) or that found the table full — the first program marks here
+ * instead, by socket address, and the spare consumes the mark: so that the
+ * spare counts only the changes whose first run was skipped (the loss
+ * counter subtracts them from the kernel's count of skipped runs), and
+ * neither applies nor counts a table-full change twice.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -502,28 +452,136 @@ static __always_inline u32 state_mark(int oldstate, int newstate)
 	return (u32)oldstate << 16 | (u32)newstate;
 }
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+static __always_inline void mark_change(const struct sock *sk, int oldstate, int newstate)
 {
 	u64 key = (u64)sk;
 	u32 mark = state_mark(oldstate, newstate);
-
-	tcp_state_change(sk, oldstate, newstate);
 	bpf_map_update_elem(&state_marks, &key, &mark, BPF_ANY);
+}
+
+/* marked tells whether conns_tcp_state marked this change, and consumes
+ * the mark: a socket reusing the memory may make the same change again. */
+static __always_inline bool marked(const struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 *mark = bpf_map_lookup_elem(&state_marks, &key);
+	if (!mark || *mark != state_mark(oldstate, newstate))
+		return false;
+	bpf_map_delete_elem(&state_marks, &key);
+	return true;
+}
+
+/* tcp_state_change records a TCP socket's move from oldstate to newstate
+ * (a tracked_change) in the entry under cookie; false if it has none (the
+ * table is full). */
+static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
+					     int newstate)
+{
+	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
+	/* connect() and listen() start a socket's life in its process. */
+	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
+	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
+	 * a move into TCP_CLOSE keeps what the state before it had queued. */
+	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
+				oldstate : newstate;
+	if (started) {
+		/* A socket reused after close (connect() again) ends its
+		 * previous connection here. */
+		struct conn *old = bpf_map_lookup_elem(&conns, &cookie);
+		if (old) {
+			if (old->flags & CONN_CLOSED)
+				report_closed(old);
+			bpf_map_delete_elem(&conns, &cookie);
+		}
+	}
+	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
+	bool created = false;
+	struct conn *c = tcp_entry(tp, cookie, flags, fin_state, &created);
+	if (!c)
+		return false;
+	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
+	 * in its process: without accept()'s exit (tcp-accept refused), that
+	 * is where an accepted socket learns its owner. */
+	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
+	if (started || (closing && !(c->flags & CONN_OWNED))) {
+		set_owner(&c->owner);
+		c->flags |= CONN_OWNED;
+	}
+	if (!created) { /* a new entry has read both a moment ago */
+		if (newstate != TCP_CLOSE || !c->family)
+			read_tuple(c, sk);
+		refresh(c, tp, fin_state);
+	}
+	c->state = newstate; /* the socket's own field changes after the tracepoint */
+	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
+	if (newstate == TCP_LISTEN)
+		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
+	if (accepted) {
+		/* Its local port is its listener's; it is whole. */
+		c->flags &= ~(CONN_PARTIAL | CONN_ACTIVE);
+		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
+		if (o && !c->owner.pid)
+			c->owner = *o;
+	}
+	if (newstate != TCP_CLOSE)
+		return true;
+	/* What it wrote is final; what it reads is not yet: the application
+	 * may still read what is queued (the peer's FIN can complete the
+	 * close before that), so the entry is reported when the socket is
+	 * destroyed, by tcp_destroyed(). */
+	c->flags |= CONN_CLOSED;
+	if (oldstate == TCP_LISTEN)
+		bpf_map_delete_elem(&listeners, &lk);
+	return true;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+{
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+
+	if (!tp || !tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate))
+		mark_change(sk, oldstate, newstate);
 	return 0;
 }
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 {
-	u64 key = (u64)sk;
-	u32 *mark = bpf_map_lookup_elem(&state_marks, &key);
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+	u64 cookie = tp ? tcp_key(sk) : 0;
+	struct conn *c = tp ? bpf_map_lookup_elem(&conns, &cookie) : NULL;
 
-	if (mark && *mark == state_mark(oldstate, newstate))
+	if (c ? c->state == newstate : marked(sk, oldstate, newstate))
 		return 0; /* conns_tcp_state ran for it */
-	tcp_state_change(sk, oldstate, newstate);
+	if (tp)
+		tcp_state_change(sk, tp, cookie, oldstate, newstate);
 	count_drop(DROP_COVERED);
 	return 0;
+}
+
+/*
+ * tcp_destroyed reports a socket's final entry when the kernel destroys it
+ * (the application closed it, or it was an orphan that reached
+ * TCP_CLOSE): its bytes read are final only now. It returns whether it
+ * reported anything.
+ */
+static __always_inline bool tcp_destroyed(struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_of(sk);
+	if (!tp)
+		return false;
+	u64 key = tcp_key(sk);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return false;
+	u64 out = c->bytes_out;
+	refresh(c, tp, c->state); /* no move into TCP_CLOSE seen: as of its last state */
+	if (c->flags & CONN_CLOSED)
+		c->bytes_out = out;
+	report_closed(c);
+	bpf_map_delete_elem(&conns, &key);
+	return true;
 }
 
 /* The same pair for the destruction: an entry still there when the spare
@@ -546,15 +604,15 @@ int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
 /* tcp_socket returns the full TCP socket an iterator visits, or NULL for a
  * time-wait or request socket, one not bound to a connection yet or gone
  * (CLOSE), or a child still in SYN_RECV (taken at its ESTABLISHED). */
-static __always_inline struct sock *tcp_socket(struct sock_common *skc)
+static __always_inline const struct tcp_sock *tcp_socket(struct sock_common *skc)
 {
 	if (!skc)
 		return NULL;
-	struct sock *sk = (void *)bpf_skc_to_tcp_sock(skc);
-	if (!sk)
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
 		return NULL;
-	int state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	return state == TCP_CLOSE || state == TCP_SYN_RECV ? NULL : sk;
+	int state = ((const struct sock *)tp)->__sk_common.skc_state;
+	return state == TCP_CLOSE || state == TCP_SYN_RECV ? NULL : tp;
 }
 
 /*
@@ -569,9 +627,10 @@ static __always_inline struct sock *tcp_socket(struct sock_common *skc)
 SEC("iter/tcp")
 int conns_refresh(struct bpf_iter__tcp *ctx)
 {
-	struct sock *sk = tcp_socket(ctx->sk_common);
-	if (!sk)
+	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
+	if (!tp)
 		return 0;
+	struct sock *sk = (void *)tp;
 	u64 key = tcp_key(sk);
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
@@ -582,7 +641,7 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 	 * walks is hashed, its port bound. */
 	if (!c->sport)
 		read_tuple(c, sk);
-	refresh(c, sk, BPF_CORE_READ(sk, __sk_common.skc_state));
+	refresh(c, tp, sk->__sk_common.skc_state);
 	return 0;
 }
 
@@ -594,9 +653,12 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 SEC("iter/tcp")
 int conns_adopt(struct bpf_iter__tcp *ctx)
 {
-	struct sock *sk = tcp_socket(ctx->sk_common);
-	if (sk)
-		tcp_entry(sk, tcp_key(sk), true, CONN_PARTIAL, BPF_CORE_READ(sk, __sk_common.skc_state));
+	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
+	if (!tp)
+		return 0;
+	struct sock *sk = (void *)tp;
+	bool created = false;
+	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
 	return 0;
 }
 
@@ -637,7 +699,7 @@ static __always_inline void accepted(long fd)
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
 	if (c && c->sk == (u64)sk) {
-		set_owner(&c->owner, sk);
+		set_owner(&c->owner);
 		c->flags |= CONN_OWNED;
 	}
 }

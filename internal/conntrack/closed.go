@@ -11,11 +11,14 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
-// closedCollector reads closed-connection events from the ring buffer as
-// the kernel writes them, so that the ring (which every process mapping it
-// counts twice in its RSS) only has to absorb a burst, not every close
-// between two snapshots. It holds at most limit events between two takes;
-// more are counted as lost, as a full ring would have.
+// closedCollector reads closed-connection events from the ring buffer
+// whenever the kernel wakes it — only once a quarter of the ring waits
+// (CLOSED_WAKEUP_BYTES in bpf/conns.bpf.c: a wakeup per event cost every
+// close microseconds) — and at every take, which flushes the ring. The ring
+// (which every process mapping it counts twice in its RSS) then only has to
+// absorb a burst, not every close between two snapshots. It holds at most
+// limit events between two takes; more are counted as lost, as a full ring
+// would have.
 type closedCollector struct {
 	reader  *ringbuf.Reader
 	limit   int
