@@ -12,6 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
@@ -74,7 +75,8 @@ func (n *ifaceNamer) name(ns uint64, idx uint32) string {
 	return name + "@netns:" + strconv.FormatUint(ns, 10)
 }
 
-// dump lists the interfaces of namespace ns; none when it is gone.
+// dump lists the interfaces of namespace ns; none when it is gone (the
+// names then fall back to "if<index>", and why is logged at debug level).
 func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 	out := map[uint32]string{}
 	if ns == n.own {
@@ -91,21 +93,33 @@ func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 	if !ok {
 		return out
 	}
-	h, err := netns.GetFromPath(p)
+	links, err := linksAt(p)
 	if err != nil {
-		return out
+		slog.Debug("interfaces of another namespace left unnamed", "netns", ns, "path", p, "err", err)
 	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return out
-	}
-	defer nl.Close()
-	links, _ := nl.LinkList()
 	for _, l := range links {
 		out[uint32(l.Attrs().Index)] = l.Attrs().Name
 	}
 	return out
+}
+
+// linksAt lists the interfaces of the namespace at path.
+func linksAt(path string) ([]netlink.Link, error) {
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	// Only rtnetlink: given no family, NewHandleAt opens XFRM and netfilter
+	// sockets too, and fails as a whole where those are modules not loaded
+	// (Debian's kernels build them as modules; the matrix guests have no
+	// modprobe to load them on demand).
+	nl, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close()
+	return nl.LinkList()
 }
 
 // commString is a task's comm up to its NUL; "-" for none (pid 0: a hook
