@@ -364,8 +364,17 @@ static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const stru
 
 	if (group_by_ifindex)
 		key.ifindex = s->ifindex;
-	if (group_by_netns)
-		key.netns = sk ? sk_netns(sk) : skb_netns(skb);
+	/* Each pointer tested on its own: the 5.10 and 6.1 verifiers do not
+	 * take a traced function's socket argument to be non-NULL and follow
+	 * sk == NULL too, where "sk ? sk_netns(sk) : skb_netns(skb)" read
+	 * through the NULL skb the socket hooks pass ("R1 invalid mem access";
+	 * 7.2's verifier and this host's 6.18 accepted it). */
+	if (group_by_netns) {
+		if (sk)
+			key.netns = sk_netns(sk);
+		else if (skb)
+			key.netns = skb_netns(skb);
+	}
 	if (group_by_cgroup)
 		key.cgroup = cgroup;
 	if (group_by_process && in_task) {
