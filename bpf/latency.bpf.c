@@ -52,7 +52,9 @@ enum reason {
 
 #define COMM_LEN 16 /* TASK_COMM_LEN */
 
-/* pid and comm: the reading task's, at the socket-read hooks only (-P). */
+/* pid and comm: the reading task's, at the socket-read hooks only (-P).
+ * netns: the inode of the namespace the interface is in, only when grouping
+ * by interface across namespaces (ifindexes repeat between namespaces). */
 struct hist_key {
 	__u64 cgroup;
 	__u32 ifindex;
@@ -60,7 +62,7 @@ struct hist_key {
 	__u16 pad;
 	__u32 pid;
 	char comm[COMM_LEN];
-	__u32 pad2;
+	__u32 netns;
 };
 
 struct hist_value {
@@ -74,6 +76,7 @@ volatile const bool filter_pid = false;
 volatile const bool filter_ifindex = false;
 volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
+volatile const bool group_by_netns = false; /* with group_by_ifindex, several namespaces in scope */
 volatile const bool group_by_cgroup = false;
 volatile const bool group_by_process = false;
 volatile const bool include_hol_blocked = false;
@@ -343,6 +346,17 @@ static __always_inline __u32 slot_of(__u64 v)
 	return r > MAX_SLOT ? MAX_SLOT : r;
 }
 
+static __always_inline __u32 sk_netns(const struct sock *sk)
+{
+	return sk->__sk_common.skc_net.net->ns.inum;
+}
+
+/* The namespace of the device an skb arrived on, for hooks without a socket. */
+static __always_inline __u32 skb_netns(struct sk_buff *skb)
+{
+	return skb->dev->nd_net.net->ns.inum;
+}
+
 /*
  * grouped_hist_of finds, or makes, the histogram a sample of hook belongs to
  * when grouping (the ungrouped ones are in hook_hists, by hook). in_task:
@@ -351,7 +365,7 @@ static __always_inline __u32 slot_of(__u64 v)
  * stays 0 there.
  */
 static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const struct stamp *s, __u64 cgroup,
-							  bool in_task)
+							  const struct sock *sk, struct sk_buff *skb, bool in_task)
 {
 	struct hist_key key = { .hook = hook };
 	struct hist_value *h, *empty;
@@ -359,6 +373,17 @@ static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const stru
 
 	if (group_by_ifindex)
 		key.ifindex = s->ifindex;
+	/* Each pointer tested on its own: the 5.10 and 6.1 verifiers do not
+	 * take a traced function's socket argument to be non-NULL and follow
+	 * sk == NULL too, where "sk ? sk_netns(sk) : skb_netns(skb)" read
+	 * through the NULL skb the socket hooks pass ("R1 invalid mem access";
+	 * 7.2's verifier and this host's 6.18 accepted it). */
+	if (group_by_netns) {
+		if (sk)
+			key.netns = sk_netns(sk);
+		else if (skb)
+			key.netns = skb_netns(skb);
+	}
 	if (group_by_cgroup)
 		key.cgroup = cgroup;
 	if (group_by_process && in_task) {
@@ -378,7 +403,13 @@ static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const stru
 	return h;
 }
 
-static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup, bool in_task)
+/*
+ * sk, else skb: where the sample's namespace is read from, only when
+ * group_by_netns (the socket's, or without one the skb's device's): read
+ * there, the namespace costs the other configurations nothing.
+ */
+static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup, const struct sock *sk,
+				   struct sk_buff *skb, bool in_task)
 {
 	struct hist_value *h;
 	__s64 now, lat;
@@ -396,7 +427,7 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 	if (!group_by_ifindex && !group_by_cgroup && !group_by_process)
 		h = bpf_map_lookup_elem(&hook_hists, &hook);
 	else
-		h = grouped_hist_of(hook, s, cgroup, in_task);
+		h = grouped_hist_of(hook, s, cgroup, sk, skb, in_task);
 	if (!h)
 		return;
 	/* No REASON_RECORDED increment: the histogram's buckets count the
@@ -444,17 +475,6 @@ static __always_inline bool netns_allowed(__u32 inum)
 	return !netns_inum || inum == netns_inum;
 }
 
-static __always_inline __u32 sk_netns(const struct sock *sk)
-{
-	return sk->__sk_common.skc_net.net->ns.inum;
-}
-
-/* The namespace of the device an skb arrived on, for hooks without a socket. */
-static __always_inline __u32 skb_netns(struct sk_buff *skb)
-{
-	return skb->dev->nd_net.net->ns.inum;
-}
-
 /*
  * Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued.
  * The caller has applied the namespace filter (netfilter programs need
@@ -466,7 +486,7 @@ static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
 
 	read_stamp(skb, &s);
 	if (ifindex_allowed(s.ifindex))
-		record(hook, &s, 0, false);
+		record(hook, &s, 0, NULL, skb, false);
 }
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
@@ -589,7 +609,7 @@ static __always_inline void record_read(__u32 hook, const struct sock *sk, const
 		return;
 	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
 		return;
-	record(hook, s, cgroup, true);
+	record(hook, s, cgroup, sk, NULL, true);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
@@ -635,7 +655,7 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
 	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
-		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, false);
+		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, sk, NULL, false);
 }
 
 static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
@@ -681,7 +701,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 			continue;
 		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
 		    netns_allowed(sk_netns(sk)))
-			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, false);
+			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
 			fifo_push(f, &fresh[i]);
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -99,7 +100,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	o.conns.RegisterMatchers(fs)
 	o.interval = runopts.Seconds(5 * time.Second)
 	fs.DurationVar(&o.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "count a UDP flow closed after this long without datagrams")
-	fs.Var(&o.interval, "interval", "connection snapshot interval (seconds or a duration such as 500ms)")
+	fs.Var(&o.interval, "interval", "connection snapshot interval, and how often the -i/-c/-n selection is checked for what went (seconds or a duration such as 500ms)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop serving after this long, e.g. 1h (0 = until interrupted)")
 	fs.IntVar(&o.perConn, "per-connection-series", 0,
 		"also export per-connection series for this many of the busiest connections (0 = none)")
@@ -146,9 +147,10 @@ func (n negated) Set(s string) error {
 
 // serveConfig is what the two sources are started with.
 type serveConfig struct {
-	latency latency.Config
-	conns   conntrack.Config
-	sel     *connfilter.Filter
+	latency   latency.Config
+	conns     conntrack.Config
+	sel       *connfilter.Filter
+	selection selector.Selection // -p, -c, -i, -n as parsed, to stop when one goes
 }
 
 // config validates every flag (exit 2 naming the flag and value).
@@ -198,6 +200,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if c.sel, err = o.conns.CompileWith(latencySel); err != nil {
 		return c, err
 	}
+	c.selection = latencySel
 	pods, err := o.pods.Resolver()
 	if err != nil {
 		return c, err
@@ -321,8 +324,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		cfg.Latency = tracer
 		cfg.Backends = append(cfg.Backends, tracer.Choices()...)
 	}
-	var polling sync.WaitGroup
-	defer polling.Wait() // before the tracker closes
+	var polling sync.WaitGroup // ended below, before the deferred Closes
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	if o.collectConns {
@@ -339,11 +341,36 @@ func (o *serveOptions) run(ctx context.Context) error {
 		})
 	}
 	reg.MustRegister(exporter.New(cfg))
+	gone := make(chan error, 1)
+	polling.Go(func() { gone <- watchSelection(pollCtx, c.selection, time.Duration(o.interval)) })
 	srv.SetReady()
+	var goneErr error
 	select {
 	case <-ctx.Done():
 	case err := <-served:
 		served <- err
+	case goneErr = <-gone:
 	}
-	return stop()
+	stopPolling() // the snapshots stop before the tracker closes
+	polling.Wait()
+	return errors.Join(goneErr, stop())
+}
+
+// watchSelection checks the selection every interval and returns what went
+// (Selection.Gone, as latency checks at each report), or nil once ctx ends:
+// the kernel selects by index, id and inode, so serve would otherwise go on
+// exporting series that silently stopped counting.
+func watchSelection(ctx context.Context, sel selector.Selection, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := sel.Gone(); err != nil {
+				return err
+			}
+		}
+	}
 }

@@ -204,7 +204,15 @@ func TestCompatEbpfExporterNamesGoneIDs(t *testing.T) {
 	gone.Ifindex, gone.CgroupID = 1<<30, 1<<40
 	known := series("tcp-socket-read", "", "", map[int]uint64{34: 2}, 1<<35)
 	known.Ifindex, known.CgroupID = uint32(lo.Index), st.Ino
-	e := New(Config{Latency: &fakeLatency{series: []hist.Series{gone, known}}, CompatEbpfExporter: true})
+	var own syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &own); err != nil {
+		t.Fatal(err)
+	}
+	known.Netns = own.Ino // -n -1 -I: our namespace's interfaces keep ebpf_exporter's name
+	// Another namespace's lo (ifindex 1 too) keeps stacktop's label.
+	foreign := series("tcp-socket-read", "lo@netns:1", "", map[int]uint64{3: 1}, 5)
+	foreign.Ifindex, foreign.CgroupID, foreign.Netns = uint32(lo.Index), st.Ino, 1
+	e := New(Config{Latency: &fakeLatency{series: []hist.Series{gone, known, foreign}}, CompatEbpfExporter: true})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(e)
 	mfs, err := reg.Gather()
@@ -214,6 +222,7 @@ func TestCompatEbpfExporterNamesGoneIDs(t *testing.T) {
 	want := map[string]bool{
 		fmt.Sprint(map[string]string{"cgroup": "unknown_cgroup_id:1099511627776", "iface": "unknown:1073741824", "hook": "tcp-socket-read"}): true,
 		fmt.Sprint(map[string]string{"cgroup": root, "iface": "lo", "hook": "tcp-socket-read"}):                                              true,
+		fmt.Sprint(map[string]string{"cgroup": root, "iface": "lo@netns:1", "hook": "tcp-socket-read"}):                                      true,
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != "ebpf_exporter_netstack_latency_seconds" {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/hist"
 )
@@ -60,8 +61,10 @@ var ebpfExporterBounds = func() [hist.NBuckets]float64 {
 // decoders do: the cgroup's absolute path in the file system (the cgroup
 // decoder walks /sys/fs/cgroup), "unknown_cgroup_id:<id>" for an id that is
 // 0 (not grouped) or gone; the interface's name, "unknown:<index>" for an
-// index that is 0 (not grouped) or gone.
-func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string) []string {
+// index that is 0 (not grouped) or gone. ebpf_exporter sees only its own
+// namespace: an interface of another (-n -1) keeps stacktop's own label,
+// "<name>@<netns>" (docs/METRICS.md), so it stays a series of its own.
+func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string, ownNetns uint64) []string {
 	cgroupPath := fmt.Sprintf("unknown_cgroup_id:%d", s.CgroupID)
 	if s.CgroupID != 0 && e.cgroups != nil {
 		if p, ok := e.cgroups.Lookup(s.CgroupID); ok {
@@ -69,7 +72,10 @@ func (e *Exporter) ebpfExporterLabels(s *hist.Series, ifaces map[uint32]string) 
 		}
 	}
 	iface, ok := ifaces[s.Ifindex]
-	if !ok {
+	switch {
+	case s.Netns != 0 && s.Netns != ownNetns:
+		iface = s.Iface
+	case !ok:
 		iface = fmt.Sprintf("unknown:%d", s.Ifindex)
 	}
 	return []string{cgroupPath, iface, s.Hook}
@@ -107,10 +113,12 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 				ifaces[uint32(ifc.Index)] = ifc.Name
 			}
 		}
+		var own unix.Stat_t
+		_ = unix.Stat("/proc/self/ns/net", &own) // without it, every namespace is labelled as foreign
 		for _, s := range series {
 			// The sum as ebpf_exporter computes it, to the last bit.
 			sum := float64(s.Hist.Sum) * 0.000000001
-			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces))
+			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces, own.Ino))
 		}
 		return nil
 	}

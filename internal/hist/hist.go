@@ -54,10 +54,12 @@ func (h *Histogram) Add(o *Histogram) {
 // CgroupID are what the kernel reported them as (0 when not grouped), for
 // exports that name them their own way. PID and Comm name the reading
 // process; grouped by process, hooks outside a reading task have PID 0 and
-// Comm "-".
+// Comm "-". Netns is the inode of the interface's namespace when grouping
+// by interface across namespaces, else 0.
 type Series struct {
 	Hook     string
 	Iface    string
+	Netns    uint64
 	Cgroup   string
 	PID      uint32
 	Comm     string

@@ -208,6 +208,19 @@ func (s *netnsScope) members() map[uint64]string {
 	return nil
 }
 
+// ifaceNetns is the namespace a histogram's interface is in: the one its key
+// names when grouping across namespaces (keyed 0 otherwise), else the only
+// one in scope.
+func (s *netnsScope) ifaceNetns(keyed uint32) uint64 {
+	switch {
+	case keyed != 0:
+		return uint64(keyed)
+	case s.mode > 0:
+		return uint64(s.mode)
+	}
+	return s.own
+}
+
 // bpfFilter is the namespace inode the BPF programs filter on (0: none).
 func (s *netnsScope) bpfFilter() uint32 {
 	switch s.mode {

@@ -59,6 +59,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		{s.FilterIfindex, len(cfg.Ifindexes) > 0},
 		{s.FilterCgroup, len(cfg.Cgroups) > 0},
 		{s.GroupByIfindex, cfg.GroupByIface},
+		{s.GroupByNetns, cfg.GroupByIface && cfg.Netns == AllNetns},
 		{s.GroupByCgroup, cfg.GroupByCgroup},
 		{s.GroupByProcess, cfg.GroupByProcess},
 		{s.IncludeHolBlocked, cfg.IncludeHOL},

@@ -34,7 +34,7 @@ type latencyHistKey struct {
 	Pad     uint16
 	Pid     uint32
 	Comm    [16]int8
-	Pad2    uint32
+	Netns   uint32
 }
 
 type latencyHistValue struct {
@@ -155,6 +155,7 @@ const (
 	latencyVarFilterPid                   = "filter_pid"
 	latencyVarGroupByCgroup               = "group_by_cgroup"
 	latencyVarGroupByIfindex              = "group_by_ifindex"
+	latencyVarGroupByNetns                = "group_by_netns"
 	latencyVarGroupByProcess              = "group_by_process"
 	latencyVarIncludeHolBlocked           = "include_hol_blocked"
 	latencyVarMinQueueLen                 = "min_queue_len"
@@ -251,6 +252,7 @@ type latencyVariableSpecs struct {
 	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
 	GroupByCgroup      *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
 	GroupByIfindex     *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
+	GroupByNetns       *ebpf.VariableSpec `ebpf:"group_by_netns"`
 	GroupByProcess     *ebpf.VariableSpec `ebpf:"group_by_process"`
 	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
@@ -323,6 +325,7 @@ type latencyVariables struct {
 	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
 	GroupByCgroup      *ebpf.Variable `ebpf:"group_by_cgroup"`
 	GroupByIfindex     *ebpf.Variable `ebpf:"group_by_ifindex"`
+	GroupByNetns       *ebpf.Variable `ebpf:"group_by_netns"`
 	GroupByProcess     *ebpf.Variable `ebpf:"group_by_process"`
 	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`

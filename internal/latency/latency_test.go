@@ -789,3 +789,94 @@ func TestEveryProgramIsPlanned(t *testing.T) {
 		}
 	}
 }
+
+// TestInterfacesOfOtherNamespacesAreTheirOwn: ifindexes repeat between
+// namespaces (every one has its lo at 1), so with -n -1 -I reads on a peer
+// namespace's lo and on ours come out as two series, each with exactly the
+// reads made on it; ours keeps the plain name, the peer's is named after
+// its namespace. The pid filter keeps other processes' loopback reads out.
+func TestInterfacesOfOtherNamespacesAreTheirOwn(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-nsif", 9)
+	tr := start(t, Config{Hooks: HookSet(0).With(UDPSocketRead).With(TCPSocketRead), Netns: AllNetns,
+		GroupByIface: true, PIDs: []uint32{uint32(os.Getpid())}})
+	const nPeer, nOwn = 37, 23
+	inPeer := func(fn func()) {
+		if err := p.Do(func() error { fn(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var peerUDP, peerTCP [2]net.Conn
+	inPeer(func() { peerUDP, peerTCP = loopbackPair(t, "udp"), loopbackPair(t, "tcp") })
+	ownUDP, ownTCP := loopbackPair(t, "udp"), loopbackPair(t, "tcp")
+	for _, c := range [][2]net.Conn{peerUDP, peerTCP} {
+		exchange(t, c, nPeer)
+	}
+	for _, c := range [][2]net.Conn{ownUDP, ownTCP} {
+		exchange(t, c, nOwn)
+	}
+	peerLo := "lo@" + filepath.Base(p.Name)
+	want := map[string]uint64{UDPSocketRead.String() + " lo": nOwn, TCPSocketRead.String() + " lo": nOwn,
+		UDPSocketRead.String() + " " + peerLo: nPeer, TCPSocketRead.String() + " " + peerLo: nPeer}
+	got := map[string]uint64{}
+	netnsOf := map[string]uint64{}
+	for _, s := range mustRead(t, tr) {
+		got[s.Hook+" "+s.Iface] += s.Hist.Count()
+		netnsOf[s.Iface] = s.Netns
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("reads per hook and interface: %v, want %v", got, want)
+	}
+	if own, _ := ownNetns(); netnsOf["lo"] != own || netnsOf[peerLo] != p.Inode() {
+		t.Errorf("namespaces of the series: %v, want lo in %d and %s in %d", netnsOf, own, peerLo, p.Inode())
+	}
+}
+
+// loopbackPair returns a sender and a receiver connected over 127.0.0.1 in
+// the calling thread's namespace (the sockets stay there).
+func loopbackPair(t *testing.T, proto string) [2]net.Conn {
+	t.Helper()
+	if proto == "udp" {
+		srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		c, err := net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return [2]net.Conn{c, srv}
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return [2]net.Conn{c, s}
+}
+
+// exchange sends n messages from c[0] to c[1], reading each whole before
+// sending the next: n reads that return data.
+func exchange(t *testing.T, c [2]net.Conn, n int) {
+	t.Helper()
+	msg, buf := []byte("message"), make([]byte, 64)
+	for range n {
+		if _, err := c[0].Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c[1], buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

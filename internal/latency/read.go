@@ -4,12 +4,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // cgroupNamer names cgroup ids by their path; without a cgroup v2 mount
@@ -33,24 +40,86 @@ func (c *cgroupNamer) name(id uint64) string {
 	return c.resolver.Path(id)
 }
 
-// ifaceNames maps the indexes of our namespace's interfaces to their names,
-// from one netlink dump.
-func ifaceNames() map[uint32]string {
+// ifaceNamer names interfaces by index within their namespace, from one
+// netlink dump per namespace and Read: indexes repeat between namespaces.
+// Our own namespace's interfaces keep their plain name; another's get
+// "@<name>" (its name under /run/netns) or "@netns:<inode>" appended.
+type ifaceNamer struct {
+	own   uint64
+	paths map[uint64]string // every namespace, enumerated on the first foreign one
+	names map[uint64]map[uint32]string
+}
+
+func newIfaceNamer(own uint64) *ifaceNamer {
+	return &ifaceNamer{own: own, names: map[uint64]map[uint32]string{}}
+}
+
+// name names interface idx of namespace ns; an index that is not (any more)
+// in that namespace is shown as "if<index>".
+func (n *ifaceNamer) name(ns uint64, idx uint32) string {
+	names, ok := n.names[ns]
+	if !ok {
+		names = n.dump(ns)
+		n.names[ns] = names
+	}
+	name, ok := names[idx]
+	if !ok {
+		name = "if" + strconv.FormatUint(uint64(idx), 10)
+	}
+	if ns == n.own {
+		return name
+	}
+	if p := n.paths[ns]; strings.HasPrefix(p, "/run/netns/") {
+		return name + "@" + filepath.Base(p)
+	}
+	return name + "@netns:" + strconv.FormatUint(ns, 10)
+}
+
+// dump lists the interfaces of namespace ns; none when it is gone (the
+// names then fall back to "if<index>", and why is logged at debug level).
+func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 	out := map[uint32]string{}
-	ifcs, _ := net.Interfaces()
-	for _, ifc := range ifcs {
-		out[uint32(ifc.Index)] = ifc.Name
+	if ns == n.own {
+		ifcs, _ := net.Interfaces()
+		for _, ifc := range ifcs {
+			out[uint32(ifc.Index)] = ifc.Name
+		}
+		return out
+	}
+	if n.paths == nil {
+		n.paths = selector.Namespaces()
+	}
+	p, ok := n.paths[ns]
+	if !ok {
+		return out
+	}
+	links, err := linksAt(p)
+	if err != nil {
+		slog.Debug("interfaces of another namespace left unnamed", "netns", ns, "path", p, "err", err)
+	}
+	for _, l := range links {
+		out[uint32(l.Attrs().Index)] = l.Attrs().Name
 	}
 	return out
 }
 
-// ifaceName names an interface; an index that is not (any more) one of ours
-// is shown as "if<index>".
-func ifaceName(names map[uint32]string, idx uint32) string {
-	if n, ok := names[idx]; ok {
-		return n
+// linksAt lists the interfaces of the namespace at path.
+func linksAt(path string) ([]netlink.Link, error) {
+	h, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, err
 	}
-	return "if" + strconv.FormatUint(uint64(idx), 10)
+	defer h.Close()
+	// Only rtnetlink: given no family, NewHandleAt opens XFRM and netfilter
+	// sockets too, and fails as a whole where those are modules not loaded
+	// (Debian's kernels build them as modules; the matrix guests have no
+	// modprobe to load them on demand).
+	nl, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close()
+	return nl.LinkList()
 }
 
 // commString is a task's comm up to its NUL; "-" for none (pid 0: a hook
@@ -90,9 +159,10 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 		return nil, fmt.Errorf("tracer is closed")
 	}
 	var out []keyedSeries
-	var ifaces map[uint32]string // fetched once, on the first grouped series
+	ifaces := newIfaceNamer(t.scope.own)
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
-		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup}
+		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
+			Netns: uint64(key.Netns)}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
 				s.Hist.Buckets[i] += v.Slots[i]
@@ -100,10 +170,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 			s.Hist.Sum += v.Slots[hist.NBuckets]
 		}
 		if key.Ifindex != 0 {
-			if ifaces == nil {
-				ifaces = ifaceNames()
-			}
-			s.Iface = ifaceName(ifaces, key.Ifindex)
+			s.Iface = ifaces.name(t.scope.ifaceNetns(key.Netns), key.Ifindex)
 		}
 		if key.Cgroup != 0 {
 			s.Cgroup = t.cgroups.name(key.Cgroup)

@@ -94,6 +94,7 @@ type Record struct {
 	TS      time.Time `json:"ts"`
 	Hook    string    `json:"hook"`
 	Iface   string    `json:"iface,omitempty"`
+	Netns   uint64    `json:"netns,omitempty"` // the interface's namespace inode, grouped by interface with -n -1 only
 	Cgroup  string    `json:"cgroup,omitempty"`
 	PID     *uint32   `json:"pid,omitempty"` // grouped by process only (0: no reading task)
 	Comm    string    `json:"comm,omitempty"`
@@ -110,7 +111,7 @@ type Bucket struct {
 
 // NewRecord converts a series to its JSON form.
 func NewRecord(ts time.Time, s hist.Series) Record {
-	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Cgroup: s.Cgroup, Comm: s.Comm, Count: s.Hist.Count(),
+	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Netns: s.Netns, Cgroup: s.Cgroup, Comm: s.Comm, Count: s.Hist.Count(),
 		SumNS: s.Hist.Sum, Buckets: []Bucket{}}
 	if s.Comm != "" {
 		r.PID = &s.PID

@@ -98,9 +98,12 @@ func (s *Specs) Parse() (Selection, error) {
 }
 
 // Gone reports the first selected interface or cgroup that no longer is
-// what it was at start: deleted, or re-created under the same name with
-// another index or id. Commands that select by index or id in the kernel
-// would silently stop counting; they call this every report and stop.
+// what it was at start (deleted, or re-created under the same name with
+// another index or id), or a selected network namespace that is no longer
+// alive (no process in it, no name under /run/netns for it). Commands that
+// select by index, id or inode in the kernel would silently stop counting;
+// latency calls this at every report and serve at every --interval, and
+// both stop.
 func (s Selection) Gone() error {
 	for _, i := range s.Interfaces {
 		if now, err := net.InterfaceByName(i.Name); err != nil || now.Index != i.Index {
@@ -110,6 +113,11 @@ func (s Selection) Gone() error {
 	for _, c := range s.Cgroups {
 		if id, err := cgroup.ID(c.Path); err != nil || id != c.ID {
 			return fmt.Errorf("cgroup %s (id %d) was deleted or re-created since start; restart to select it again", c.Path, c.ID)
+		}
+	}
+	if n := s.Netns; !n.All && !n.Own {
+		if _, ok := Namespaces()[n.Inode]; !ok {
+			return fmt.Errorf("network namespace %d is gone since start (no process is in it and no name under /run/netns holds it); restart to select another", n.Inode)
 		}
 	}
 	return nil

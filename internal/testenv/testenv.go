@@ -122,10 +122,10 @@ func NewPeer(t testing.TB, name string, subnet int) *Peer {
 		PeerIP6: netip.MustParseAddr(fmt.Sprintf("fd00:5354:%x::2", subnet)),
 	}
 	if err := p.create(); err != nil {
-		p.destroy()
+		p.Destroy()
 		t.Fatalf("creating peer namespace %s: %v", name, err)
 	}
-	t.Cleanup(p.destroy)
+	t.Cleanup(p.Destroy)
 	return p
 }
 
@@ -224,7 +224,11 @@ func (p *Peer) Inode() uint64 {
 	return st.Ino
 }
 
-func (p *Peer) destroy() {
+// Destroy removes the peer before the test ends, as when the last process
+// in a namespace exits: the veth pair, our handle and its name under
+// /run/netns, so nothing keeps the namespace alive but what the code under
+// test holds. It runs again, doing nothing, when the test ends.
+func (p *Peer) Destroy() {
 	if l, err := netlink.LinkByName(p.HostIf); err == nil {
 		_ = netlink.LinkDel(l)
 	}
