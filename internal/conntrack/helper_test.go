@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,7 +23,7 @@ import (
 // test binary re-executed as a helper), so that the two ends of a
 // connection have different owners. Parameters come in STC_* variables.
 func TestMain(m *testing.M) {
-	reexec.Main(m, reexec.Helpers{"tcp": tcpHelper, "hold": holdHelper, "udp": udpHelper})
+	reexec.Main(m, reexec.Helpers{"tcp": tcpHelper, "hold": holdHelper, "udp": udpHelper, "accept": acceptHelper})
 }
 
 func envInt(name string) int {
@@ -63,6 +64,23 @@ func holdHelper() error {
 		return err
 	}
 	return c.Close()
+}
+
+// acceptHelper accepts one connection on the listener it inherits as fd 3
+// (a pre-forked worker's), prints the peer's port and holds the connection
+// until stdin closes.
+func acceptHelper() error {
+	l, err := net.FileListener(os.NewFile(3, "listener"))
+	if err != nil {
+		return err
+	}
+	c, err := l.Accept()
+	if err != nil {
+		return err
+	}
+	fmt.Println(c.RemoteAddr().(*net.TCPAddr).Port)
+	_, err = io.Copy(io.Discard, os.Stdin)
+	return errors.Join(err, c.Close())
 }
 
 // udpHelper, from STC_COUNT sockets, sends two STC_SEND-byte datagrams each

@@ -46,7 +46,9 @@ var hooks = []hook{
 	// accepted. Optional: the syscalls' tracepoints need tracefs, which
 	// only root may read; without them an accepted socket has its
 	// listener's owner until the process that closes it.
-	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
+	// With BPF trampolines, at inet_accept()'s return instead: a syscall
+	// tracepoint slows every syscall on the host (bpf/conns.bpf.c).
+	{"tcp-accept", true, []candidate{fexit(connsProgConnsInetAccept), syscallExit(map[string]string{
 		"sys_exit_accept4": connsProgConnsAccept4, "sys_exit_accept": connsProgConnsAccept})}},
 	{"tcp-state", false, []candidate{tracing(connsProgConnsTcpState, connsProgConnsTcpStateSpare)}},
 	// A closed socket is reported when it is destroyed: until then its
@@ -98,6 +100,20 @@ func tracing(programs ...string) candidate {
 			}
 		}
 		return nil
+	}}
+}
+
+// fexit is a program on a kernel function's return, through a BPF
+// trampoline (the fentry backend's mechanism). Like the tracker's other
+// hooks before 5.15, not on those kernels (beforeBatching).
+func fexit(program string) candidate {
+	return candidate{features.FentryBE, func(t *Tracker) error {
+		if err := beforeBatching(); err != nil {
+			return err
+		}
+		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+			return link.AttachTracing(link.TracingOptions{Program: p})
+		})
 	}}
 }
 

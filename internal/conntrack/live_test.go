@@ -22,6 +22,7 @@ import (
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // TestLiveCounters: one blocking multi-megabyte write from the host to a
@@ -527,5 +528,66 @@ func TestConnectingSocketHasItsPort(t *testing.T) {
 		if r.LocalPort != local || r.State != "SYN_SENT" {
 			t.Errorf("record %s:%d %s, want local port %d in SYN_SENT", r.LocalAddr, r.LocalPort, r.State, local)
 		}
+	}
+}
+
+// TestAcceptedByAnotherProcess: a listener this process made, accepted from by
+// another process (a pre-forking server's worker): the accepted socket
+// belongs to the process that accepted it — or, where tcp-accept is
+// refused, to the listener's until its process closes it.
+func TestAcceptedByAnotherProcess(t *testing.T) {
+	tr := openTracker(t, Config{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lf, err := l.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	worker := reexec.CommandAs(t, helperComm, "accept")
+	worker.ExtraFiles = []*os.File{lf}
+	stdin, err := worker.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := worker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = worker.Wait() })
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatalf("accept helper: %v", err)
+	}
+	want := worker.Process.Pid
+	if !hookAttached(tr, "tcp-accept") {
+		want = os.Getpid()
+	}
+	lport, cport := uint16(l.Addr().(*net.TCPAddr).Port), uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	snap, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, r := range snap.Records {
+		if r.LocalPort == lport && r.RemotePort == cport {
+			found = true
+			if r.PID != uint32(want) {
+				t.Errorf("accepted socket owned by %d (%q), want %d (tcp-accept attached: %v)", r.PID, r.Comm, want, hookAttached(tr, "tcp-accept"))
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no record of the accepted socket (local port %d, remote %d) in %d records", lport, cport, len(snap.Records))
 	}
 }
