@@ -3,6 +3,8 @@ package latency
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -33,11 +35,22 @@ type Config struct {
 	GroupByProcess bool
 	IncludeHOL     bool // include TCP reads that may have waited for a lost segment
 	MaxHistograms  uint32
+	// Slow, when not 0, reports every packet whose latency at an enabled
+	// hook exceeds it as a SlowEvent (ReadSlow); SlowLimit bounds those
+	// events per second (0: no bound). Both count what they cannot deliver.
+	Slow      time.Duration
+	SlowLimit uint32
+	// slowRingBytes sizes the event ring (tests make it small to fill it).
+	slowRingBytes uint32
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
 // beyond it new combinations are counted as "hist_full" and dropped.
 const defaultMaxHistograms = 4096
+
+// defaultSlowRingBytes holds about 2,500 slow events (96 bytes and an
+// 8-byte header each): a burst that user space has not read yet.
+const defaultSlowRingBytes = 256 << 10
 
 // configure writes cfg into the BPF object before it is loaded: constants
 // the verifier can prune on, and map sizes. taiClock and skStorageTracing
@@ -55,6 +68,8 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		"group_by_cgroup":       cfg.GroupByCgroup,
 		"group_by_process":      cfg.GroupByProcess,
 		"include_hol_blocked":   cfg.IncludeHOL,
+		"slow_ns":               uint64(cfg.Slow),
+		"slow_limit":            cfg.SlowLimit,
 	}
 	for name, v := range consts {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -72,6 +87,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 	spec.Maps["hists"].MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
 	if !cfg.GroupByIface && !cfg.GroupByCgroup && !cfg.GroupByProcess {
 		spec.Maps["hists"].MaxEntries = 1 // unused: one histogram per hook, in hook_hists
+	}
+	spec.Maps[latencyMapSlowEvents].MaxEntries = uint32(os.Getpagesize()) // the smallest ring: unused
+	if cfg.Slow > 0 {
+		spec.Maps[latencyMapSlowEvents].MaxEntries = cmp.Or(cfg.slowRingBytes, defaultSlowRingBytes)
 	}
 	if skStorageTracing {
 		spec.Maps["tcp_states_by_sock"].MaxEntries = 1 // unused

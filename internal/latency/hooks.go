@@ -4,7 +4,7 @@
 // can later be served by fentry programs where the kernel allows them.
 package latency
 
-//go:generate go tool bpf2go -target bpfel -type hist_key -type hist_value latency ../../bpf/latency.bpf.c
+//go:generate go tool bpf2go -target bpfel -type hist_key -type hist_value -type slow_event latency ../../bpf/latency.bpf.c
 
 import (
 	"fmt"
