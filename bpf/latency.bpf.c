@@ -67,6 +67,8 @@ volatile const bool filter_pid = false;
 volatile const bool filter_ifindex = false;
 volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
+/* filter_ifindex || group_by_ifindex || slow_ns: one load where the stamp is read. */
+volatile const bool read_ifindex = false;
 volatile const bool group_by_cgroup = false;
 volatile const bool group_by_process = false;
 volatile const bool include_hol_blocked = false;
@@ -77,9 +79,9 @@ volatile const bool sk_storage_in_tracing = true;
 
 /*
  * --slow: each packet whose latency at a hook exceeds slow_ns is reported on
- * its own through slow_events. 0 (no --slow) removes all of it at load time:
- * the verifier knows the constant and drops the branch, so the programs are
- * the ones they would be without it.
+ * its own through slow_events. At 0 (no --slow) the verifier knows the
+ * constant and removes the code it guards: what stays is one load of it and
+ * a branch never taken per sample.
  */
 volatile const __u64 slow_ns = 0;
 volatile const __u32 slow_limit = 0; /* events per second, 0: no limit */
@@ -480,12 +482,12 @@ static __always_inline bool delivery_time(struct sk_buff *skb)
 	return false;
 }
 
-/* The interface is read only when something filters or groups by it. */
+/* The interface is read only when something filters, groups or reports it. */
 static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
 {
 	s->skb = (__u64)skb;
 	s->tstamp = skb->tstamp;
-	s->ifindex = filter_ifindex || group_by_ifindex || slow_ns ? skb->skb_iif : 0;
+	s->ifindex = read_ifindex ? skb->skb_iif : 0;
 	s->skip = 0;
 	if (delivery_time(skb))
 		s->skip = REASON_DELIVERY_TIME;
@@ -1192,7 +1194,7 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 	} else {
 		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
 	}
-	if (filter_ifindex || group_by_ifindex || slow_ns)
+	if (read_ifindex)
 		s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)
 		s.skip = REASON_NO_STAMP;

@@ -65,6 +65,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		"filter_ifindex":        len(cfg.Ifindexes) > 0,
 		"filter_cgroup":         len(cfg.Cgroups) > 0,
 		"group_by_ifindex":      cfg.GroupByIface,
+		"read_ifindex":          len(cfg.Ifindexes) > 0 || cfg.GroupByIface || cfg.Slow > 0,
 		"group_by_cgroup":       cfg.GroupByCgroup,
 		"group_by_process":      cfg.GroupByProcess,
 		"include_hol_blocked":   cfg.IncludeHOL,

@@ -153,6 +153,7 @@ const (
 	latencyVarIncludeHolBlocked           = "include_hol_blocked"
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
+	latencyVarReadIfindex                 = "read_ifindex"
 	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
 	latencyVarSlowEventType               = "slow_event_type"
 	latencyVarSlowLimit                   = "slow_limit"
@@ -255,6 +256,7 @@ type latencyVariableSpecs struct {
 	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
+	ReadIfindex        *ebpf.VariableSpec `ebpf:"read_ifindex"`
 	SkStorageInTracing *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
 	SlowEventType      *ebpf.VariableSpec `ebpf:"slow_event_type"`
 	SlowLimit          *ebpf.VariableSpec `ebpf:"slow_limit"`
@@ -336,6 +338,7 @@ type latencyVariables struct {
 	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`
+	ReadIfindex        *ebpf.Variable `ebpf:"read_ifindex"`
 	SkStorageInTracing *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
 	SlowEventType      *ebpf.Variable `ebpf:"slow_event_type"`
 	SlowLimit          *ebpf.Variable `ebpf:"slow_limit"`
