@@ -568,8 +568,15 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 		return 0;
 	u64 key = tcp_key(sk);
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
-	if (c)
-		refresh(c, sk, BPF_CORE_READ(sk, __sk_common.skc_state));
+	if (!c)
+		return 0;
+	/* connect() moves a socket into SYN_SENT before it binds the local
+	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
+	 * after), so that change recorded port 0; a socket the iterator
+	 * walks is hashed, its port bound. */
+	if (!c->sport)
+		read_tuple(c, sk);
+	refresh(c, sk, BPF_CORE_READ(sk, __sk_common.skc_state));
 	return 0;
 }
 

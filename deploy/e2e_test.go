@@ -224,8 +224,9 @@ func value(t *testing.T, promAddr, expr string) float64 {
 // checks, through Prometheus's HTTP API, what a user of the dashboard sees.
 func TestPrometheusEndToEnd(t *testing.T) {
 	// -p: socket reads and connections of this test process only, so what
-	// Prometheus shows is the test's traffic, not the host's.
-	s := startStack(t, "--bpf-stats", "-p", strconv.Itoa(os.Getpid()))
+	// Prometheus shows is the test's traffic, not the host's; both
+	// socket-read probes (serve's default has only the TCP one).
+	s := startStack(t, "--bpf-stats", "-p", strconv.Itoa(os.Getpid()), "--latency.probes", "tcp-socket-read,udp-socket-read")
 	peer := testenv.NewPeer(t, "sts-e2e", 100)
 
 	// Traffic in rounds until Prometheus has seen it: the first scrapes

@@ -165,7 +165,7 @@ func TestKubernetesNames(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	pid, connect := podProcess(t, l.Addr().String())
 
-	// Before 5.15 TCP counters move only at state changes (no iterator; see
+	// Before 6.11 TCP counters move only at state changes (no iterator; see
 	// docs/CONNECTIONS.md): the held connection then shows 0 bytes out.
 	wantOut := uint64(1000)
 	if !liveTCPCounters(t) {

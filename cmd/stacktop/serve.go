@@ -61,9 +61,12 @@ func newServeCmd() *cobra.Command {
 both as Prometheus/OpenMetrics metrics (docs/METRICS.md lists them), by
 default on 127.0.0.1:9877 only. --web.config.file enables TLS and basic auth.
 
-By default only the socket-read latency probes run (tcp-socket-read,
-udp-socket-read: cheap enough to leave on everywhere); --latency.probes all
-(or a list) adds the others. --compat ebpf_exporter exports the histograms as
+By default only tcp-socket-read runs (how long TCP data waited until the
+application read it; Cloudflare's configuration), on every kernel alike.
+--latency.probes tcp-socket-read,udp-socket-read adds UDP: cheap with the
+fentry backend (one program per UDP read), a program on every received
+packet, TCP included, with the tracepoint backend. --latency.probes all (or
+a list) runs the others. --compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
@@ -104,7 +107,7 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 	fs.StringSliceVar(&o.latencyProbes, "latency.probes", nil,
-		"latency probes to run, comma-separated, or all (default: the socket-read probes, tcp-socket-read,udp-socket-read)")
+		"latency probes to run, comma-separated, or all (default: tcp-socket-read)")
 	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)")
 	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics")
 	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
@@ -115,10 +118,11 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 }
 
 // serveDefaultProbes are the latency probes serve runs unless told
-// otherwise: the two that cost one program run per read and answer the
+// otherwise: the one that costs programs per read only and answers the
 // question operators leave on everywhere (how long data waited for the
-// application); Cloudflare runs only tcp-socket-read under ebpf_exporter.
-var serveDefaultProbes = latency.HookSet(0).With(latency.TCPSocketRead).With(latency.UDPSocketRead)
+// application), as Cloudflare runs it under ebpf_exporter. udp-socket-read
+// is not in it: its FIFO needs a program on every packet received.
+var serveDefaultProbes = latency.HookSet(0).With(latency.TCPSocketRead)
 
 // registerToggle adds --name (default on) and --no-name, as Prometheus
 // exporters spell collector switches.

@@ -236,8 +236,8 @@ func TestPreexistingConnection(t *testing.T) {
 
 	// It was adopted into the kernel's table (same socket cookie as
 	// sock_diag's): the bytes it moves show at the next refresh, in the
-	// same record, still partial. Before 5.15 (no adoption, see
-	// beforeBatching) it keeps its start-up counters until a state change.
+	// same record, still partial. Before 6.11 (no adoption, see
+	// iteratorHazard) it keeps its start-up counters until a state change.
 	const msg = "hello\n"
 	if _, err := io.WriteString(send, msg); err != nil {
 		t.Fatal(err)

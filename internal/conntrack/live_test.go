@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/features"
@@ -473,6 +475,57 @@ func TestProtocolHooks(t *testing.T) {
 		}
 		if _, err := tr.Snapshot(); err != nil {
 			t.Errorf("%+v: Snapshot: %v", c.opts, err)
+		}
+	}
+}
+
+// TestConnectingSocketHasItsPort: connect() moves a socket into SYN_SENT
+// before it binds its local port, so the state change sees port 0. A
+// connection whose SYNs go unanswered must show up under the port it got,
+// never under port 0 (before 6.11, with no refresh iterator to read the
+// port, it shows up only once it is established).
+func TestConnectingSocketHasItsPort(t *testing.T) {
+	ip := testenv.RequireTool(t, "ip")
+	iptables := testenv.RequireTool(t, "iptables")
+	p := testenv.NewPeer(t, "stc-syns", 65)
+	if out, err := exec.Command(ip, "netns", "exec", p.Name, iptables, "-A", "INPUT", "-p", "tcp", "--syn", "-j", "DROP").CombinedOutput(); err != nil {
+		t.Fatalf("iptables: %v: %s", err, out)
+	}
+	tr := openTracker(t, Config{})
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const remotePort = 9
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: remotePort, Addr: p.PeerIP4.As4()}); err != unix.EINPROGRESS {
+		t.Fatalf("connect: %v, want EINPROGRESS", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := uint16(sa.(*unix.SockaddrInet4).Port)
+	snap, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []conn.Record
+	for _, r := range snap.Records {
+		if r.RemoteAddr == p.PeerIP4 && r.RemotePort == remotePort {
+			ours = append(ours, r)
+		}
+	}
+	want := 0
+	if hookAttached(tr, "tcp-counters") {
+		want = 1
+	}
+	if len(ours) != want {
+		t.Fatalf("%d records of the connecting socket, want %d: %+v", len(ours), want, ours)
+	}
+	for _, r := range ours {
+		if r.LocalPort != local || r.State != "SYN_SENT" {
+			t.Errorf("record %s:%d %s, want local port %d in SYN_SENT", r.LocalAddr, r.LocalPort, r.State, local)
 		}
 	}
 }

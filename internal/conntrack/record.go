@@ -11,6 +11,7 @@ import (
 
 // TCP states (include/net/tcp_states.h) that the tracker treats specially.
 const (
+	tcpSynSent    = 2
 	tcpSynRecv    = 3
 	tcpTimeWait   = 6
 	tcpClose      = 7

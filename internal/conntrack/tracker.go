@@ -289,6 +289,12 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 		if p := t.preexisting[c.Cookie]; p != nil {
 			p.inKernel = s.refresh
 		}
+		// Between connect()'s move into SYN_SENT and the binding of its
+		// local port, a socket is no connection anyone could name (nor
+		// in the tables the refresh walks): the next refresh shows it.
+		if c.Sport == 0 && c.State == tcpSynSent {
+			continue
+		}
 		r := t.tcpRecord(c)
 		prev, seen := s.tcp.report(c.Cookie, &r, false, s.refresh)
 		emit(&r, prev, seen, false)

@@ -103,10 +103,11 @@ func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cpus i
 		"-accel", "tcg", "-m", cfg.memory, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-kernel", img.Vmlinuz, "-initrd", initrd,
-		// Only warnings and worse reach the console, so kernel chatter does
-		// not interleave with markers; panic=-1 plus -no-reboot turns a
-		// panic into qemu exiting instead of a hang.
-		"-append", "console=ttyS0 loglevel=4 panic=-1 oops=panic rdinit=/init")
+		// Only warnings and worse (levels below 5) reach the console, so
+		// kernel chatter does not interleave with markers, but a WARN that
+		// taints the kernel before an oops is there to read; panic=-1 plus
+		// -no-reboot turns a panic into qemu exiting instead of a hang.
+		"-append", "console=ttyS0 loglevel=5 panic=-1 oops=panic rdinit=/init")
 	cmd.Stdin = nil
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

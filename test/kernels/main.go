@@ -241,9 +241,14 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 	o.res, o.retried, o.err = bootRetrying(cfg, func(n int) (*bootResult, error) {
 		log.Info("booting", "kernel", k.Name, "release", o.img.Release, "attempt", n)
 		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), guestCPUs(n), cfg, tee)
-	}, func(a attempt) {
-		log.Warn("guest died of an infrastructure fault, booting it again", "kernel", k.Name,
-			"fault", a.fault, "console", a.res.Log)
+	}, func(dead attempt, finished []*protocol.Run) error {
+		log.Warn("guest died of an infrastructure fault, booting it again for the runs it had not finished",
+			"kernel", k.Name, "fault", dead.fault, "console", dead.res.Log, "finished", len(finished))
+		plan.Finished = plan.Finished[:0]
+		for _, r := range finished {
+			plan.Finished = append(plan.Finished, protocol.SuiteRun{Package: r.Suite, Backend: r.Backend})
+		}
+		return writeInitramfs(initrd, a, plan, modules, cfg.busybox)
 	})
 	return o
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,10 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 		{"oom-at-boot-6.1.log", "the guest never reached init: [    1.515827] Kernel panic - not syncing: System is deadlocked on memory"},
 		// A NULL dereference in our BPF program's call path may be ours.
 		{"null-deref-in-suite.log", ""},
+		// One far from any of our programs (AppArmor's recvmsg hook, a
+		// socket without its sk_security; captured in CI, a program of ours
+		// only among the unwinder's guesses) is the kernel's or the emulator's.
+		{"oops-outside-bpf-6.1.log", "kernel oops outside our BPF programs: [  116.639368] BUG: kernel NULL pointer dereference, address: 0000000000000000 at RIP: 0010:aa_sk_perm+0x5f/0x200"},
 		// A test failed before the emulator fault: a failure stays a failure.
 		{"fail-then-int3.log", ""},
 	} {
@@ -65,6 +70,10 @@ func TestInfrastructureFaultOfHangsAndPasses(t *testing.T) {
 		{"hung in kernel boot", &bootResult{TimedOut: true}, "the guest never reached init: hung, killed after 1m0s"},
 		{"qemu died in kernel boot", &bootResult{ExitErr: os.ErrClosed}, "the guest never reached init: " + os.ErrClosed.Error()},
 		{"hung in a suite", &bootResult{TimedOut: true, Result: booted}, ""},
+		// A soft lockup reports a BUG but does not end the guest: the hang
+		// may be our programs' (a raw tracepoint on sys_enter locked 5.10).
+		{"soft lockup in a suite", &bootResult{TimedOut: true, Result: protocol.Result{BootSeconds: 4, Doctor: []byte(`{}`),
+			Runs: booted.Runs, Panic: "BUG: soft lockup - CPU#0 stuck for 22s!", PanicReport: []string{"BUG: soft lockup - CPU#0 stuck for 22s!"}}}, ""},
 		{"init failed", &bootResult{Result: protocol.Result{Failures: []string{"loading veth: ENOENT"}}}, ""},
 		{"passed", &bootResult{Result: protocol.Result{BootSeconds: 4, Done: true}}, ""},
 	} {
@@ -99,7 +108,7 @@ func TestBootRetryingRepeatsOnlyInfrastructureFaults(t *testing.T) {
 					t.Errorf("%s: boot %d numbered %d", tc.name, booted, n)
 				}
 				return tc.boots[n-1], nil
-			}, func(attempt) { announced++ })
+			}, func(attempt, []*protocol.Run) error { announced++; return nil })
 		if err != nil || booted != tc.want || res != tc.boots[tc.want-1] || len(retried) != tc.want-1 || announced != tc.want-1 {
 			t.Errorf("%s: booted %d times (want %d), announced %d, retried %d, err %v", tc.name, booted, tc.want, announced, len(retried), err)
 		}
@@ -108,6 +117,34 @@ func TestBootRetryingRepeatsOnlyInfrastructureFaults(t *testing.T) {
 				t.Errorf("%s: retried %+v", tc.name, a)
 			}
 		}
+	}
+}
+
+// A boot again runs only what the dead guest had not finished, and the
+// result holds the finished runs of every boot, once.
+func TestBootRetryingResumes(t *testing.T) {
+	oops := guestDied(t, "oops-outside-bpf-6.1.log")
+	rest := &bootResult{Result: protocol.Result{BootSeconds: 4, Done: true,
+		Runs: []*protocol.Run{{Suite: "cmd/stacktop", Backend: "auto", Ended: true}}}}
+	var told [][]*protocol.Run
+	res, retried, err := bootRetrying(config{retries: 1, kernelTimeout: time.Minute},
+		func(n int) (*bootResult, error) { return []*bootResult{oops, rest}[n-1], nil },
+		func(_ attempt, finished []*protocol.Run) error { told = append(told, finished); return nil })
+	if err != nil || len(retried) != 1 {
+		t.Fatalf("retried %d, err %v", len(retried), err)
+	}
+	if len(told) != 1 || len(told[0]) != 1 || told[0][0].Suite != "internal/cgroup" {
+		t.Errorf("finished runs passed to the retry: %+v, want internal/cgroup's alone", told)
+	}
+	var got []string
+	for _, r := range res.Runs {
+		got = append(got, r.Suite+"/"+r.Backend)
+	}
+	if want := []string{"internal/cgroup/auto", "cmd/stacktop/auto"}; !slices.Equal(got, want) {
+		t.Errorf("result runs %v, want %v", got, want)
+	}
+	if len(res.problems(time.Minute)) != 0 {
+		t.Errorf("resumed result has problems: %v", res.problems(time.Minute))
 	}
 }
 

@@ -76,7 +76,9 @@ func run() error {
 			continue
 		}
 		for _, s := range plan.Suites {
-			runSuite(plan, s, backend)
+			if !slices.Contains(plan.Finished, protocol.SuiteRun{Package: s.Package, Backend: backend}) {
+				runSuite(plan, s, backend)
+			}
 		}
 	}
 	return protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.Done, Seconds: uptime()})

@@ -34,6 +34,15 @@ type Plan struct {
 	Backends     []string `json:"backends"`
 	SuiteTimeout string   `json:"suite_timeout"` // go test -test.timeout for one binary
 	TestRun      string   `json:"test_run,omitempty"`
+	// Finished are the runs an earlier boot of this guest completed before
+	// the emulator or kernel killed it; a boot again runs only the rest.
+	Finished []SuiteRun `json:"finished,omitempty"`
+}
+
+// SuiteRun is one suite run with one backend.
+type SuiteRun struct {
+	Package string `json:"package"`
+	Backend string `json:"backend"`
 }
 
 // Marker lines start with Prefix followed by one JSON Event.
