@@ -77,6 +77,8 @@ volatile const bool filter_ifindex = false;
 volatile const bool filter_cgroup = false;
 volatile const bool group_by_ifindex = false;
 volatile const bool group_by_netns = false; /* with group_by_ifindex, several namespaces in scope */
+/* filter_ifindex || group_by_ifindex || slow_ns: one load where the stamp is read. */
+volatile const bool read_ifindex = false;
 volatile const bool group_by_cgroup = false;
 volatile const bool group_by_process = false;
 volatile const bool include_hol_blocked = false;
@@ -84,6 +86,15 @@ volatile const bool include_hol_blocked = false;
 volatile const bool tai_clock = true;
 /* Tracing programs may use sk_storage (5.11+); else a hash keyed by socket. */
 volatile const bool sk_storage_in_tracing = true;
+
+/*
+ * --slow: each packet whose latency at a hook exceeds slow_ns is reported on
+ * its own through slow_events. At 0 (no --slow) the verifier knows the
+ * constant and removes the code it guards: what stays is one load of it and
+ * a branch never taken per sample.
+ */
+volatile const __u64 slow_ns = 0;
+volatile const __u32 slow_limit = 0; /* events per second, 0: no limit */
 
 /*
  * Which backend records each hook (enum hook -> BACKEND_*), written by user
@@ -169,6 +180,63 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } cgroup_filter SEC(".maps");
+
+/*
+ * One packet slower than slow_ns at a hook. Addresses and ports are this
+ * host's end (local) and the peer's (remote), IPv4 in the first 4 bytes.
+ * pid, comm and cgroup are the reading task's, at the socket-read hooks only.
+ */
+struct slow_event {
+	__s64 ts;      /* CLOCK_REALTIME ns when the hook saw the packet */
+	__u64 latency; /* ns */
+	__u64 cgroup;
+	__u8 local_addr[16];
+	__u8 remote_addr[16];
+	__u32 netns;
+	__u32 ifindex;
+	__u32 pid;
+	__u16 local_port;
+	__u16 remote_port;
+	__u16 hook;
+	__u8 family; /* AF_INET, AF_INET6; 0: the addresses are unknown */
+	__u8 proto;  /* IPPROTO_*; 0: unknown */
+	char comm[COMM_LEN];
+};
+
+/* Never read: puts struct slow_event in the object's BTF for bpf2go -type. */
+const struct slow_event *const slow_event_type = NULL;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096); /* resized by user space */
+} slow_events SEC(".maps");
+
+/* Why a slow packet was not reported: every one is counted. */
+enum slow_drop {
+	SLOW_RING_FULL, /* user space did not keep up */
+	SLOW_LIMITED,   /* over slow_limit in this second */
+	N_SLOW_DROPS,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_SLOW_DROPS);
+	__type(key, __u32);
+	__type(value, __u64);
+} slow_drops SEC(".maps");
+
+/* The events sent in the current second, shared by every CPU (slow_limit). */
+struct slow_budget {
+	__u64 second;
+	__u64 sent;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct slow_budget);
+} slow_budgets SEC(".maps");
 
 /* A received skb as remembered between two tracepoints. */
 struct stamp {
@@ -404,11 +472,12 @@ static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const stru
 }
 
 /*
+ * record returns the sample's latency (for --slow), or -1 when it has none.
  * sk, else skb: where the sample's namespace is read from, only when
  * group_by_netns (the socket's, or without one the skb's device's): read
  * there, the namespace costs the other configurations nothing.
  */
-static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgroup, const struct sock *sk,
+static __always_inline __s64 record(__u32 hook, const struct stamp *s, __u64 cgroup, const struct sock *sk,
 				   struct sk_buff *skb, bool in_task)
 {
 	struct hist_value *h;
@@ -416,12 +485,12 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 
 	if (s->skip) {
 		count(hook, s->skip);
-		return;
+		return -1;
 	}
 	now = realtime_now();
 	if (s->tstamp > now) {
 		count(hook, REASON_FUTURE_STAMP);
-		return;
+		return -1;
 	}
 	lat = now - s->tstamp;
 	if (!group_by_ifindex && !group_by_cgroup && !group_by_process)
@@ -429,11 +498,12 @@ static __always_inline void record(__u32 hook, const struct stamp *s, __u64 cgro
 	else
 		h = grouped_hist_of(hook, s, cgroup, sk, skb, in_task);
 	if (!h)
-		return;
+		return lat;
 	/* No REASON_RECORDED increment: the histogram's buckets count the
 	 * samples, and user space sums them, one per-CPU line fewer. */
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
+	return lat;
 }
 
 /*
@@ -452,12 +522,12 @@ static __always_inline bool delivery_time(struct sk_buff *skb)
 	return false;
 }
 
-/* The interface is read only when something filters or groups by it. */
+/* The interface is read only when something filters, groups or reports it. */
 static __always_inline void read_stamp(struct sk_buff *skb, struct stamp *s)
 {
 	s->skb = (__u64)skb;
 	s->tstamp = skb->tstamp;
-	s->ifindex = filter_ifindex || group_by_ifindex ? skb->skb_iif : 0;
+	s->ifindex = read_ifindex ? skb->skb_iif : 0;
 	s->skip = 0;
 	if (delivery_time(skb))
 		s->skip = REASON_DELIVERY_TIME;
@@ -475,18 +545,210 @@ static __always_inline bool netns_allowed(__u32 inum)
 	return !netns_inum || inum == netns_inum;
 }
 
+/* ---- --slow: one event per packet over the threshold ---- */
+
+#define IPV6_HOPOPTS 0
+#define IPV6_ROUTING 43
+#define IPV6_FRAGMENT 44
+#define IPV6_DSTOPTS 60
+
+static __always_inline void count_slow_drop(__u32 why)
+{
+	__u64 *v = bpf_map_lookup_elem(&slow_drops, &why);
+
+	if (v)
+		(*v)++;
+}
+
+/*
+ * slow_budget_left takes one of this second's slow_limit events. CPUs race
+ * only at the limit: each may send one more than the budget (an atomic
+ * fetch-and-add would need 5.12), and a second's first events may reset the
+ * count twice.
+ */
+static __always_inline bool slow_budget_left(__s64 now)
+{
+	__u64 second = (__u64)now / 1000000000ULL;
+	struct slow_budget *b;
+	__u32 zero = 0;
+
+	if (!slow_limit)
+		return true;
+	b = bpf_map_lookup_elem(&slow_budgets, &zero);
+	if (!b)
+		return false;
+	if (b->second != second) {
+		b->second = second;
+		b->sent = 0;
+	}
+	if (b->sent >= slow_limit)
+		return false;
+	__sync_fetch_and_add(&b->sent, 1);
+	return true;
+}
+
+/* The socket's addresses: the connection's, or only the local end of an
+ * unconnected UDP socket. */
+static __always_inline void sock_tuple(struct slow_event *e, const struct sock *sk)
+{
+	const struct sock_common *c = &sk->__sk_common;
+
+	e->proto = sk->sk_protocol;
+	e->local_port = c->skc_num;
+	e->remote_port = bpf_ntohs(c->skc_dport);
+	if (c->skc_family == AF_INET) {
+		e->family = AF_INET;
+		*(__be32 *)e->local_addr = c->skc_rcv_saddr;
+		*(__be32 *)e->remote_addr = c->skc_daddr;
+	} else if (c->skc_family == AF_INET6) {
+		e->family = AF_INET6;
+		bpf_probe_read_kernel(e->local_addr, 16, __builtin_preserve_access_index(&c->skc_v6_rcv_saddr));
+		bpf_probe_read_kernel(e->remote_addr, 16, __builtin_preserve_access_index(&c->skc_v6_daddr));
+	}
+}
+
+/* The headers as they are on the wire, not kernel types: no relocation. */
+struct ipv4_header {
+	__u8 version_ihl;
+	__u8 tos;
+	__be16 len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__be16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct ipv6_header {
+	__be32 version_flow;
+	__be16 len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+/* skb->tail: the end of the linear data, an offset from head on 64-bit. */
+struct sk_buff___tail {
+	unsigned int tail;
+} __attribute__((preserve_access_index));
+
+#define IPV4_FRAG_OFFSET 0x1fff
+
+/*
+ * The addresses and ports of a received packet, from its headers; the
+ * ports only when the transport header is in the linear data already (at
+ * ip-start it may not be) and the packet is not a later fragment.
+ */
+static __always_inline void skb_tuple(struct slow_event *e, struct sk_buff *skb)
+{
+	__u32 nh_off = skb->network_header;
+	__u32 end = ((struct sk_buff___tail *)skb)->tail;
+	unsigned char *nh = skb->head + nh_off;
+	struct ipv4_header ip;
+	struct ipv6_header ip6;
+	__u16 ports[2];
+	__u8 version, ext[2];
+	__u32 off;
+
+	if (bpf_probe_read_kernel(&version, 1, nh))
+		return;
+	version >>= 4;
+	if (version == 4) {
+		if (bpf_probe_read_kernel(&ip, sizeof(ip), nh))
+			return;
+		e->family = AF_INET;
+		e->proto = ip.protocol;
+		*(__be32 *)e->local_addr = ip.daddr;
+		*(__be32 *)e->remote_addr = ip.saddr;
+		if (ip.frag_off & bpf_htons(IPV4_FRAG_OFFSET))
+			return;
+		off = (ip.version_ihl & 0xf) * 4;
+	} else if (version == 6) {
+		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), nh))
+			return;
+		e->family = AF_INET6;
+		__builtin_memcpy(e->local_addr, ip6.daddr, 16);
+		__builtin_memcpy(e->remote_addr, ip6.saddr, 16);
+		e->proto = ip6.nexthdr;
+		off = sizeof(ip6);
+		/* As l4_protocol; a fragment header ends the walk, without ports. */
+		for (int i = 0; i < 3; i++) {
+			if (e->proto != IPV6_HOPOPTS && e->proto != IPV6_ROUTING && e->proto != IPV6_DSTOPTS)
+				break;
+			if (bpf_probe_read_kernel(ext, 2, nh + off))
+				return;
+			off += (ext[1] + 1) * 8;
+			e->proto = ext[0];
+		}
+	} else {
+		return;
+	}
+	if (e->proto != IPPROTO_TCP && e->proto != IPPROTO_UDP)
+		return;
+	if (nh_off + off + sizeof(ports) > end || bpf_probe_read_kernel(ports, sizeof(ports), nh + off))
+		return;
+	e->remote_port = bpf_ntohs(ports[0]);
+	e->local_port = bpf_ntohs(ports[1]);
+}
+
+/*
+ * report_slow sends an event when a sample's latency exceeds --slow. sk is
+ * the socket at socket hooks, skb the packet at hooks that have it: the
+ * socket names the connection, the packet the peer of an unconnected UDP
+ * socket. in_task: the hook runs in the reading task (socket reads).
+ */
+static __always_inline void report_slow(__u32 hook, __s64 lat, const struct stamp *s, const struct sock *sk,
+					struct sk_buff *skb, bool in_task)
+{
+	struct slow_event *e;
+
+	if (!slow_ns || lat <= (__s64)slow_ns)
+		return;
+	if (!slow_budget_left(s->tstamp + lat)) {
+		count_slow_drop(SLOW_LIMITED);
+		return;
+	}
+	e = bpf_ringbuf_reserve(&slow_events, sizeof(*e), 0);
+	if (!e) {
+		count_slow_drop(SLOW_RING_FULL);
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = s->tstamp + lat;
+	e->latency = lat;
+	e->hook = hook;
+	e->ifindex = s->ifindex;
+	if (sk && (sk->__sk_common.skc_dport || !skb))
+		sock_tuple(e, sk);
+	else if (skb)
+		skb_tuple(e, skb);
+	if (sk)
+		e->netns = sk_netns(sk);
+	else if (skb)
+		e->netns = skb_netns(skb);
+	if (in_task) {
+		e->pid = bpf_get_current_pid_tgid() >> 32;
+		e->cgroup = bpf_get_current_cgroup_id();
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	}
+	bpf_ringbuf_submit(e, 0);
+}
+
 /*
  * Hooks that see an skb on its way in: ip-start, tcp/udp-start, enqueued.
  * The caller has applied the namespace filter (netfilter programs need
  * none: their links exist only in the namespaces in scope).
  */
-static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
+static __always_inline void record_skb(__u32 hook, struct sk_buff *skb, const struct sock *sk)
 {
 	struct stamp s;
 
 	read_stamp(skb, &s);
 	if (ifindex_allowed(s.ifindex))
-		record(hook, &s, 0, NULL, skb, false);
+		report_slow(hook, record(hook, &s, 0, NULL, skb, false), &s, sk, skb, false);
 }
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
@@ -495,14 +757,9 @@ static __always_inline void record_skb(__u32 hook, struct sk_buff *skb)
 SEC("netfilter")
 int nf_ip_start(struct bpf_nf_ctx *ctx)
 {
-	record_skb(HOOK_IP_START, ctx->skb);
+	record_skb(HOOK_IP_START, ctx->skb, NULL);
 	return NF_ACCEPT;
 }
-
-#define IPV6_HOPOPTS 0
-#define IPV6_ROUTING 43
-#define IPV6_FRAGMENT 44
-#define IPV6_DSTOPTS 60
 
 struct iphdr {
 	__u8 protocol;
@@ -566,7 +823,7 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 		return NF_ACCEPT;
 	}
 	if (hook_enabled(hook))
-		record_skb(hook, skb);
+		record_skb(hook, skb, NULL);
 	return NF_ACCEPT;
 }
 
@@ -609,7 +866,7 @@ static __always_inline void record_read(__u32 hook, const struct sock *sk, const
 		return;
 	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
 		return;
-	record(hook, s, cgroup, sk, NULL, true);
+	report_slow(hook, record(hook, s, cgroup, sk, NULL, true), s, sk, NULL, true);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
@@ -655,7 +912,7 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
 	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
-		record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, sk, NULL, false);
+		report_slow(HOOK_TCP_SOCK_ENQUEUED, record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, sk, NULL, false), &s, sk, NULL, false);
 }
 
 static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
@@ -701,7 +958,8 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 			continue;
 		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
 		    netns_allowed(sk_netns(sk)))
-			record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false);
+			report_slow(HOOK_UDP_SOCK_ENQUEUED, record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false),
+				    &fresh[i], sk, NULL, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
 			fifo_push(f, &fresh[i]);
 	}
@@ -912,7 +1170,7 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
 	{                                                                       \
 		if (hook_on(hook, BACKEND_FENTRY) && netns_allowed(skb_netns(skb))) \
-			record_skb(hook, skb);                                  \
+			record_skb(hook, skb, NULL);                            \
 		return 0;                                                       \
 	}
 
@@ -927,7 +1185,7 @@ SEC("fexit/tcp_queue_rcv")
 int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
 {
 	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && netns_allowed(sk_netns(sk)))
-		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb);
+		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk);
 	return 0;
 }
 
@@ -937,7 +1195,7 @@ int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *sk
 	/* non-zero: dropped (receive buffer full, memory pressure) */
 	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) &&
 	    netns_allowed(sk_netns(sk)))
-		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb);
+		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk);
 	return 0;
 }
 
@@ -965,7 +1223,7 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 	} else {
 		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
 	}
-	if (filter_ifindex || group_by_ifindex)
+	if (read_ifindex)
 		s.ifindex = sk_rx_ifindex(sk);
 	if (s.tstamp <= 0)
 		s.skip = REASON_NO_STAMP;

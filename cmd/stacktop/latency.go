@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -29,6 +30,7 @@ type latencyFlags struct {
 	probes        probeFlags
 	groupProcess  bool
 	debugCounters bool
+	slow          slowFlags
 }
 
 // probeFlags select and filter the latency probes; serve shares them.
@@ -75,11 +77,18 @@ Counts are cumulative since start. Probes, from the wire up:
 reading task's pid and cgroup), as in netstacklat. -P groups only those by
 the reading process (pid and comm); the other probes run in softirq context,
 where the current task is whoever was interrupted, and are reported under
-pid 0, comm "-". See docs/LATENCY.md.`,
+pid 0, comm "-".
+
+--slow DURATION also prints, as it happens, every packet whose latency at an
+enabled probe exceeds DURATION: the probe, the latency, the connection (or
+the packet's addresses), interface, namespace and, at the socket-read
+probes, the reading process. At most --slow-limit per second; events not
+printed are counted after each report. See docs/LATENCY.md.`,
 		Example: `  stacktop latency                       # all probes, report every 5s
   stacktop latency -e tcp-socket-read -C # time until reads, per cgroup
   stacktop latency -e tcp-socket-read -P # time until reads, per process
   stacktop latency -i eth0 -I -r 1 --format json
+  stacktop latency -e tcp-socket-read --slow 50ms   # which reads waited over 50ms
   stacktop latency -l                    # probes and the backend each uses`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLatency(cmd, &f) },
@@ -90,6 +99,7 @@ pid 0, comm "-". See docs/LATENCY.md.`,
 	f.probes.register(fs)
 	fs.BoolVarP(&f.groupProcess, "group-by-process", "P", false, "one histogram per reading process, pid and comm (socket-read probes; the others under pid 0)")
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
+	f.slow.register(fs)
 	return cmd
 }
 
@@ -134,6 +144,9 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 			"and neither tcp-socket-read nor udp-socket-read is enabled (enabled: %s)", hookNames(cfg.Hooks))
 	}
 	cfg.GroupByProcess = f.groupProcess
+	if err := f.slow.config(&cfg); err != nil {
+		return err
+	}
 	out := cmd.OutOrStdout()
 	if f.list {
 		return listProbes(out, cfg)
@@ -149,9 +162,26 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 	}
 	defer tr.Close()
 	var warned uint64
-	return f.run.Loop(ctx, func(bool) error {
+	var mu sync.Mutex // one report or slow event at a time
+	var slow *slowPrinter
+	if cfg.Slow > 0 {
+		slow = startSlowPrinter(tr, out, f.run.Format, &mu)
+	}
+	return f.run.Loop(ctx, func(final bool) error {
+		if final && slow != nil {
+			if err := slow.drain(); err != nil {
+				return err
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
 		if err := report(out, tr, f.run.Format, f.debugCounters); err != nil {
 			return err
+		}
+		if slow != nil {
+			if err := slow.summary(out, time.Now()); err != nil {
+				return err
+			}
 		}
 		warned = warnDropped(tr, warned)
 		// The kernel filters by index and id: a re-created interface or

@@ -61,6 +61,14 @@ func TestLatencyBadInput(t *testing.T) {
 		{[]string{"-P", "-d", "tcp-socket-read,udp-socket-read"}, `invalid --group-by-process: groups the socket-read probes only, and neither tcp-socket-read nor udp-socket-read is enabled (enabled: ip-start,tcp-start,udp-start,tcp-socket-enqueued,udp-socket-enqueued)`},
 		{[]string{"--backend", "kprobe"}, `invalid --backend "kprobe"`},
 		{[]string{"--format", "csv"}, `invalid --format "csv"`},
+		{[]string{"--slow", "0"}, `invalid --slow "0": must be a duration from 1ns to 24h, such as 50ms`},
+		{[]string{"--slow", "-5ms"}, `invalid --slow "-5ms": must be a duration from 1ns to 24h`},
+		{[]string{"--slow", "50"}, `invalid --slow "50": must be a duration from 1ns to 24h`},
+		{[]string{"--slow", "25h"}, `invalid --slow "25h": must be a duration from 1ns to 24h`},
+		{[]string{"--slow", ""}, `invalid --slow: must be a duration such as 50ms`},
+		{[]string{"--slow-limit", "5"}, `invalid --slow-limit "5": needs --slow`},
+		{[]string{"--slow", "50ms", "--slow-limit", "-1"}, `invalid --slow-limit "-1": must be a number of events per second from 0 (no limit) to 1000000`},
+		{[]string{"--slow", "50ms", "--slow-limit", "1000001"}, `invalid --slow-limit "1000001"`},
 		{[]string{"-e", "udp-start", "-r", "1"}, "stacktop needs CAP_BPF and CAP_PERFMON (to load BPF programs; CAP_SYS_ADMIN also does) and CAP_NET_ADMIN"},
 	}
 	for _, c := range cases {

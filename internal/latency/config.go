@@ -3,6 +3,8 @@ package latency
 import (
 	"cmp"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -33,11 +35,22 @@ type Config struct {
 	GroupByProcess bool
 	IncludeHOL     bool // include TCP reads that may have waited for a lost segment
 	MaxHistograms  uint32
+	// Slow, when not 0, reports every packet whose latency at an enabled
+	// hook exceeds it as a SlowEvent (ReadSlow); SlowLimit bounds those
+	// events per second (0: no bound). Both count what they cannot deliver.
+	Slow      time.Duration
+	SlowLimit uint32
+	// slowRingBytes sizes the event ring (tests make it small to fill it).
+	slowRingBytes uint32
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
 // beyond it new combinations are counted as "hist_full" and dropped.
 const defaultMaxHistograms = 4096
+
+// defaultSlowRingBytes holds about 2,500 slow events (96 bytes and an
+// 8-byte header each): a burst that user space has not read yet.
+const defaultSlowRingBytes = 256 << 10
 
 // configure writes cfg into the BPF object before it is loaded: constants
 // the verifier can prune on, and map sizes. taiClock and skStorageTracing
@@ -60,9 +73,12 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		{s.FilterCgroup, len(cfg.Cgroups) > 0},
 		{s.GroupByIfindex, cfg.GroupByIface},
 		{s.GroupByNetns, cfg.GroupByIface && cfg.Netns == AllNetns},
+		{s.ReadIfindex, len(cfg.Ifindexes) > 0 || cfg.GroupByIface || cfg.Slow > 0},
 		{s.GroupByCgroup, cfg.GroupByCgroup},
 		{s.GroupByProcess, cfg.GroupByProcess},
 		{s.IncludeHolBlocked, cfg.IncludeHOL},
+		{s.SlowNs, uint64(cfg.Slow)},
+		{s.SlowLimit, cfg.SlowLimit},
 	}
 	for _, c := range consts {
 		if err := c.v.Set(c.value); err != nil {
@@ -75,6 +91,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 	s.Hists.MaxEntries = cmp.Or(cfg.MaxHistograms, defaultMaxHistograms)
 	if !cfg.GroupByIface && !cfg.GroupByCgroup && !cfg.GroupByProcess {
 		s.Hists.MaxEntries = 1 // unused: one histogram per hook, in hook_hists
+	}
+	s.SlowEvents.MaxEntries = uint32(os.Getpagesize()) // the smallest ring: unused
+	if cfg.Slow > 0 {
+		s.SlowEvents.MaxEntries = cmp.Or(cfg.slowRingBytes, defaultSlowRingBytes)
 	}
 	if skStorageTracing {
 		s.TcpStatesBySock.MaxEntries = 1 // unused

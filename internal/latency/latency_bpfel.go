@@ -82,6 +82,31 @@ const (
 	latencyReasonN_REASONS             latencyReason = 8
 )
 
+type latencySlowBudget struct {
+	_      structs.HostLayout
+	Second uint64
+	Sent   uint64
+}
+
+type latencySlowEvent struct {
+	_          structs.HostLayout
+	Ts         int64
+	Latency    uint64
+	Cgroup     uint64
+	LocalAddr  [16]uint8
+	RemoteAddr [16]uint8
+	Netns      uint32
+	Ifindex    uint32
+	Pid        uint32
+	LocalPort  uint16
+	RemotePort uint16
+	Hook       uint16
+	Family     uint8
+	Proto      uint8
+	Comm       [16]int8
+	_          [4]byte
+}
+
 type latencySockKey struct {
 	_     structs.HostLayout
 	Sk    uint64
@@ -130,6 +155,9 @@ const (
 	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
+	latencyMapSlowBudgets                 = "slow_budgets"
+	latencyMapSlowDrops                   = "slow_drops"
+	latencyMapSlowEvents                  = "slow_events"
 	latencyMapTcpEnqueuedTails            = "tcp_enqueued_tails"
 	latencyMapTcpReads                    = "tcp_reads"
 	latencyMapTcpStates                   = "tcp_states"
@@ -160,7 +188,11 @@ const (
 	latencyVarIncludeHolBlocked           = "include_hol_blocked"
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
+	latencyVarReadIfindex                 = "read_ifindex"
 	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
+	latencyVarSlowEventType               = "slow_event_type"
+	latencyVarSlowLimit                   = "slow_limit"
+	latencyVarSlowNs                      = "slow_ns"
 	latencyVarTaiClock                    = "tai_clock"
 )
 
@@ -236,6 +268,9 @@ type latencyMapSpecs struct {
 	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
+	SlowBudgets      *ebpf.MapSpec `ebpf:"slow_budgets"`
+	SlowDrops        *ebpf.MapSpec `ebpf:"slow_drops"`
+	SlowEvents       *ebpf.MapSpec `ebpf:"slow_events"`
 	TcpEnqueuedTails *ebpf.MapSpec `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.MapSpec `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.MapSpec `ebpf:"tcp_states"`
@@ -257,7 +292,11 @@ type latencyVariableSpecs struct {
 	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
+	ReadIfindex        *ebpf.VariableSpec `ebpf:"read_ifindex"`
 	SkStorageInTracing *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
+	SlowEventType      *ebpf.VariableSpec `ebpf:"slow_event_type"`
+	SlowLimit          *ebpf.VariableSpec `ebpf:"slow_limit"`
+	SlowNs             *ebpf.VariableSpec `ebpf:"slow_ns"`
 	TaiClock           *ebpf.VariableSpec `ebpf:"tai_clock"`
 }
 
@@ -290,6 +329,9 @@ type latencyMaps struct {
 	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
+	SlowBudgets      *ebpf.Map `ebpf:"slow_budgets"`
+	SlowDrops        *ebpf.Map `ebpf:"slow_drops"`
+	SlowEvents       *ebpf.Map `ebpf:"slow_events"`
 	TcpEnqueuedTails *ebpf.Map `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.Map `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.Map `ebpf:"tcp_states"`
@@ -308,6 +350,9 @@ func (m *latencyMaps) Close() error {
 		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
+		m.SlowBudgets,
+		m.SlowDrops,
+		m.SlowEvents,
 		m.TcpEnqueuedTails,
 		m.TcpReads,
 		m.TcpStates,
@@ -330,7 +375,11 @@ type latencyVariables struct {
 	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
 	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
 	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`
+	ReadIfindex        *ebpf.Variable `ebpf:"read_ifindex"`
 	SkStorageInTracing *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
+	SlowEventType      *ebpf.Variable `ebpf:"slow_event_type"`
+	SlowLimit          *ebpf.Variable `ebpf:"slow_limit"`
+	SlowNs             *ebpf.Variable `ebpf:"slow_ns"`
 	TaiClock           *ebpf.Variable `ebpf:"tai_clock"`
 }
 

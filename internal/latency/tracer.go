@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	cfeatures "github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/stacktop/stacktop/internal/features"
 )
@@ -120,6 +121,7 @@ type Tracer struct {
 	cgroups  *cgroupNamer
 	// byProcess: series carry pid and comm (Config.GroupByProcess)
 	byProcess bool
+	slow      *slowReader // nil without Config.Slow
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -216,6 +218,13 @@ func open(cfg Config) (_ *Tracer, err error) {
 	}
 	t.cgroups = newCgroupNamer()
 	t.byProcess = cfg.GroupByProcess
+	if cfg.Slow > 0 {
+		ring, err := ringbuf.NewReader(t.maps[latencyMapSlowEvents])
+		if err != nil {
+			return nil, fmt.Errorf("slow-event ring buffer: %w", err)
+		}
+		t.slow = &slowReader{ring: ring, names: newIfaceNamer(own)}
+	}
 	return t, nil
 }
 
@@ -385,6 +394,9 @@ func (t *Tracer) close() error {
 	for _, n := range names {
 		errs = append(errs, t.attached[n].Close())
 		delete(t.attached, n)
+	}
+	if t.slow != nil {
+		errs = append(errs, t.slow.ring.Close())
 	}
 	for _, m := range t.maps {
 		errs = append(errs, m.Close())

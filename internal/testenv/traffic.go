@@ -80,41 +80,56 @@ func readDatagrams(t testing.TB, c, srv *net.UDPConn, n int, readDelay time.Dura
 // before the next is sent, so each is one segment and one read.
 func (p *Peer) TCPToHost(t testing.TB, f Family, n int, readDelay time.Duration) {
 	t.Helper()
+	ours, peers := p.TCPFromPeer(t, f)
+	defer peers.Close()
+	defer ours.Close()
+	for range n {
+		Exchange(t, ours, peers, readDelay)
+	}
+}
+
+// TCPFromPeer opens a connection from the peer to a listener of ours over
+// family f and returns our end and the peer's, both closed when the test
+// ends.
+func (p *Peer) TCPFromPeer(t testing.TB, f Family) (ours, peers *net.TCPConn) {
+	t.Helper()
 	host, _ := p.addrs(f)
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(host, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	var c *net.TCPConn
 	if err := p.Do(func() (err error) {
-		c, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+		peers, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	s, err := ln.AcceptTCP()
-	if err != nil {
+	t.Cleanup(func() { peers.Close() })
+	if ours, err = ln.AcceptTCP(); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { ours.Close() })
+	return ours, peers
+}
+
+// Exchange sends a 100-byte message from peers, reads it on ours after
+// readDelay and acknowledges it with one byte: one segment and one read.
+func Exchange(t testing.TB, ours, peers net.Conn, readDelay time.Duration) {
+	t.Helper()
 	msg := make([]byte, 100)
-	ack := make([]byte, 1)
-	for i := range n {
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(readDelay)
-		if _, err := io.ReadFull(s, msg); err != nil {
-			t.Fatalf("message %d: %v", i, err)
-		}
-		if _, err := s.Write(ack); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, ack); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := peers.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(readDelay)
+	if _, err := io.ReadFull(ours, msg); err != nil {
+		t.Fatalf("message: %v", err)
+	}
+	if _, err := ours.Write(msg[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(peers, msg[:1]); err != nil {
+		t.Fatal(err)
 	}
 }
 
