@@ -126,6 +126,15 @@ func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec
 	t.Helper()
 	cmd := reexec.CommandAs(t, helperComm, "hold", "STC_ADDR="+addr)
 	cmd.SysProcAttr = attr
+	stdin, port := startPortHelper(t, cmd)
+	return cmd, port, stdin
+}
+
+// startPortHelper starts a helper that prints a port once its connection
+// is up and holds it until its stdin closes (at the test's end, or when
+// the caller closes the pipe it returns), and returns that port.
+func startPortHelper(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, int) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -140,13 +149,13 @@ func holdConnection(t *testing.T, addr string, attr *syscall.SysProcAttr) (*exec
 	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
-		t.Fatalf("hold helper: %v", err)
+		t.Fatalf("helper: %v", err)
 	}
 	port, err := strconv.Atoi(strings.TrimSpace(line))
 	if err != nil {
-		t.Fatalf("hold helper printed %q", line)
+		t.Fatalf("helper printed %q", line)
 	}
-	return cmd, port, stdin
+	return stdin, port
 }
 
 // tcpServer listens on addr inside the peer's namespace. Each accepted

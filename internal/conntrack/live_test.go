@@ -549,25 +549,14 @@ func TestAcceptedByAnotherProcess(t *testing.T) {
 	defer lf.Close()
 	worker := reexec.CommandAs(t, helperComm, "accept")
 	worker.ExtraFiles = []*os.File{lf}
-	stdin, err := worker.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := worker.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); _ = worker.Wait() })
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
-		t.Fatalf("accept helper: %v", err)
+	// The worker prints the port of the connection it accepted.
+	if _, cport := startPortHelper(t, worker); cport != c.LocalAddr().(*net.TCPAddr).Port {
+		t.Fatalf("the worker accepted a connection from port %d, not ours", cport)
 	}
 	want := worker.Process.Pid
 	if !hookAttached(tr, "tcp-accept") {
