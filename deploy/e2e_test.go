@@ -432,7 +432,8 @@ const nativeScale = 0x1p-30 / 1e-9
 // _sum exactly, and histogram_quantile over the native buckets is the
 // classic quantile times nativeScale.
 func TestNativeHistogramsEndToEnd(t *testing.T) {
-	s := startStack(t, "-p", strconv.Itoa(os.Getpid()), "--no-collector.connections")
+	// udp-socket-read is not in serve's default probe set.
+	s := startStack(t, "-p", strconv.Itoa(os.Getpid()), "--no-collector.connections", "--latency.probes", "udp-socket-read,tcp-socket-read")
 	native := s.startPrometheus(t, "--enable-feature=native-histograms")
 	peer := testenv.NewPeer(t, "sts-native", 101)
 	peer.UDPToHost(t, testenv.V4, 300, 0)
