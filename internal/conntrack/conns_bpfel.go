@@ -93,6 +93,7 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	connsMapAcceptOwners          = "accept_owners"
 	connsMapClosed                = "closed"
 	connsMapConns                 = "conns"
 	connsMapDrops                 = "drops"
@@ -178,14 +179,15 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	Closed     *ebpf.MapSpec `ebpf:"closed"`
-	Conns      *ebpf.MapSpec `ebpf:"conns"`
-	Drops      *ebpf.MapSpec `ebpf:"drops"`
-	Flows      *ebpf.MapSpec `ebpf:"flows"`
-	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
-	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
-	Owners     *ebpf.MapSpec `ebpf:"owners"`
-	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
+	AcceptOwners *ebpf.MapSpec `ebpf:"accept_owners"`
+	Closed       *ebpf.MapSpec `ebpf:"closed"`
+	Conns        *ebpf.MapSpec `ebpf:"conns"`
+	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	Flows        *ebpf.MapSpec `ebpf:"flows"`
+	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	NetnsNew     *ebpf.MapSpec `ebpf:"netns_new"`
+	Owners       *ebpf.MapSpec `ebpf:"owners"`
+	StateMarks   *ebpf.MapSpec `ebpf:"state_marks"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -215,18 +217,20 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	Closed     *ebpf.Map `ebpf:"closed"`
-	Conns      *ebpf.Map `ebpf:"conns"`
-	Drops      *ebpf.Map `ebpf:"drops"`
-	Flows      *ebpf.Map `ebpf:"flows"`
-	Listeners  *ebpf.Map `ebpf:"listeners"`
-	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
-	Owners     *ebpf.Map `ebpf:"owners"`
-	StateMarks *ebpf.Map `ebpf:"state_marks"`
+	AcceptOwners *ebpf.Map `ebpf:"accept_owners"`
+	Closed       *ebpf.Map `ebpf:"closed"`
+	Conns        *ebpf.Map `ebpf:"conns"`
+	Drops        *ebpf.Map `ebpf:"drops"`
+	Flows        *ebpf.Map `ebpf:"flows"`
+	Listeners    *ebpf.Map `ebpf:"listeners"`
+	NetnsNew     *ebpf.Map `ebpf:"netns_new"`
+	Owners       *ebpf.Map `ebpf:"owners"`
+	StateMarks   *ebpf.Map `ebpf:"state_marks"`
 }
 
 func (m *connsMaps) Close() error {
 	return _ConnsClose(
+		m.AcceptOwners,
 		m.Closed,
 		m.Conns,
 		m.Drops,
