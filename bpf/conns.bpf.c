@@ -200,17 +200,6 @@ struct {
 	__type(value, struct owner);
 } listeners SEC(".maps");
 
-/* Owners taken by accept() before the socket had an entry, by the socket's
- * address: an accepting task on another CPU can dequeue a child socket
- * before the softirq that made it has moved it into ESTABLISHED (where its
- * entry is made). That move takes the owner from here, not the listener's. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096); /* lives from accept() to the ESTABLISHED moments later */
-	__type(key, u64);
-	__type(value, struct owner);
-} accept_owners SEC(".maps");
-
 /* Network namespaces that have tracked sockets, for user space: the
  * iterators walk one namespace at a time. An entry's creation adds its
  * namespace; user space takes the new ones and removes them. */
@@ -530,16 +519,9 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	if (accepted) {
 		/* Its local port is its listener's; it is whole. */
 		c->flags &= ~(CONN_PARTIAL | CONN_ACTIVE);
-		u64 addr = (u64)sk;
-		struct owner *o = bpf_map_lookup_elem(&accept_owners, &addr);
-		if (o) {
+		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
+		if (o && !c->owner.pid)
 			c->owner = *o;
-			c->owner.netns = sock_netns(sk);
-			c->flags |= CONN_OWNED;
-			bpf_map_delete_elem(&accept_owners, &addr);
-		} else if ((o = bpf_map_lookup_elem(&listeners, &lk)) && !c->owner.pid) {
-			c->owner = *o;
-		}
 	}
 	if (newstate != TCP_CLOSE)
 		return true;
@@ -704,13 +686,7 @@ static __always_inline void accepted_sock(struct sock *sk)
 	if (c && c->sk == (u64)sk) {
 		set_owner(&c->owner);
 		c->flags |= CONN_OWNED;
-		return;
 	}
-	/* Accepted before its move into ESTABLISHED made its entry. */
-	struct owner o = {};
-	set_owner(&o);
-	key = (u64)sk;
-	bpf_map_update_elem(&accept_owners, &key, &o, BPF_ANY);
 }
 
 /*

@@ -93,7 +93,6 @@ type connsOwner struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	connsMapAcceptOwners          = "accept_owners"
 	connsMapClosed                = "closed"
 	connsMapConns                 = "conns"
 	connsMapDrops                 = "drops"
@@ -179,15 +178,14 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	AcceptOwners *ebpf.MapSpec `ebpf:"accept_owners"`
-	Closed       *ebpf.MapSpec `ebpf:"closed"`
-	Conns        *ebpf.MapSpec `ebpf:"conns"`
-	Drops        *ebpf.MapSpec `ebpf:"drops"`
-	Flows        *ebpf.MapSpec `ebpf:"flows"`
-	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
-	NetnsNew     *ebpf.MapSpec `ebpf:"netns_new"`
-	Owners       *ebpf.MapSpec `ebpf:"owners"`
-	StateMarks   *ebpf.MapSpec `ebpf:"state_marks"`
+	Closed     *ebpf.MapSpec `ebpf:"closed"`
+	Conns      *ebpf.MapSpec `ebpf:"conns"`
+	Drops      *ebpf.MapSpec `ebpf:"drops"`
+	Flows      *ebpf.MapSpec `ebpf:"flows"`
+	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
+	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
+	Owners     *ebpf.MapSpec `ebpf:"owners"`
+	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -217,20 +215,18 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	AcceptOwners *ebpf.Map `ebpf:"accept_owners"`
-	Closed       *ebpf.Map `ebpf:"closed"`
-	Conns        *ebpf.Map `ebpf:"conns"`
-	Drops        *ebpf.Map `ebpf:"drops"`
-	Flows        *ebpf.Map `ebpf:"flows"`
-	Listeners    *ebpf.Map `ebpf:"listeners"`
-	NetnsNew     *ebpf.Map `ebpf:"netns_new"`
-	Owners       *ebpf.Map `ebpf:"owners"`
-	StateMarks   *ebpf.Map `ebpf:"state_marks"`
+	Closed     *ebpf.Map `ebpf:"closed"`
+	Conns      *ebpf.Map `ebpf:"conns"`
+	Drops      *ebpf.Map `ebpf:"drops"`
+	Flows      *ebpf.Map `ebpf:"flows"`
+	Listeners  *ebpf.Map `ebpf:"listeners"`
+	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
+	Owners     *ebpf.Map `ebpf:"owners"`
+	StateMarks *ebpf.Map `ebpf:"state_marks"`
 }
 
 func (m *connsMaps) Close() error {
 	return _ConnsClose(
-		m.AcceptOwners,
 		m.Closed,
 		m.Conns,
 		m.Drops,

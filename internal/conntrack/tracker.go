@@ -152,7 +152,7 @@ func (t *Tracker) loadMaps() error {
 	t.maps = map[string]*ebpf.Map{
 		connsMapConns: t.objs.Conns, connsMapFlows: t.objs.Flows, connsMapOwners: t.objs.Owners,
 		connsMapListeners: t.objs.Listeners, connsMapClosed: t.objs.Closed, connsMapDrops: t.objs.Drops,
-		connsMapStateMarks: t.objs.StateMarks, connsMapNetnsNew: t.objs.NetnsNew, connsMapAcceptOwners: t.objs.AcceptOwners,
+		connsMapStateMarks: t.objs.StateMarks, connsMapNetnsNew: t.objs.NetnsNew,
 	}
 	for name := range t.spec.Maps {
 		if _, shared := t.maps[name]; !shared && !strings.HasPrefix(name, ".") { // .rodata: constants
