@@ -711,25 +711,6 @@ static __always_inline void accepted(long fd)
 		accepted_sock(sk);
 }
 
-/*
- * With BPF trampolines the accepted socket is taken where inet_accept()
- * (IPv4 and IPv6) returns, in the accepting task, rather than at the
- * syscalls' exit: a program on a syscall tracepoint sends every syscall of
- * every task on the host through the tracing slow path (getppid() took 186
- * ns bare and 240 with the accept tracepoints attached, on the benchmark
- * VM). Only the first two arguments are named: the third changed type in
- * 6.10, and the return value's slot moves with the arity; a failed accept
- * leaves newsock->sk NULL.
- */
-SEC("fexit/inet_accept")
-int BPF_PROG(conns_inet_accept, struct socket *sock, struct socket *newsock)
-{
-	struct sock *sk = newsock->sk;
-	if (sk)
-		accepted_sock(sk);
-	return 0;
-}
-
 SEC("tracepoint/syscalls/sys_exit_accept4")
 int conns_accept4(struct sys_exit_args *ctx)
 {

@@ -104,7 +104,6 @@ const (
 	connsProgConnsAccept          = "conns_accept"
 	connsProgConnsAccept4         = "conns_accept4"
 	connsProgConnsAdopt           = "conns_adopt"
-	connsProgConnsInetAccept      = "conns_inet_accept"
 	connsProgConnsRefresh         = "conns_refresh"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
@@ -162,7 +161,6 @@ type connsProgramSpecs struct {
 	ConnsAccept          *ebpf.ProgramSpec `ebpf:"conns_accept"`
 	ConnsAccept4         *ebpf.ProgramSpec `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
-	ConnsInetAccept      *ebpf.ProgramSpec `ebpf:"conns_inet_accept"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
@@ -252,7 +250,6 @@ type connsPrograms struct {
 	ConnsAccept          *ebpf.Program `ebpf:"conns_accept"`
 	ConnsAccept4         *ebpf.Program `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
-	ConnsInetAccept      *ebpf.Program `ebpf:"conns_inet_accept"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
@@ -269,7 +266,6 @@ func (p *connsPrograms) Close() error {
 		p.ConnsAccept,
 		p.ConnsAccept4,
 		p.ConnsAdopt,
-		p.ConnsInetAccept,
 		p.ConnsRefresh,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,

@@ -46,9 +46,10 @@ var hooks = []hook{
 	// accepted. Optional: the syscalls' tracepoints need tracefs, which
 	// only root may read; without them an accepted socket has its
 	// listener's owner until the process that closes it.
-	// With BPF trampolines, at inet_accept()'s return instead: a syscall
-	// tracepoint slows every syscall on the host (bpf/conns.bpf.c).
-	{"tcp-accept", true, []candidate{fexit(connsProgConnsInetAccept), syscallExit(map[string]string{
+	// A syscall tracepoint slows every syscall on the host (docs/CONNECTIONS.md);
+	// fexit/inet_accept would not, but on 7.2 it left accepted sockets
+	// with their listener's owner (TestAcceptedByAnotherProcess).
+	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
 		"sys_exit_accept4": connsProgConnsAccept4, "sys_exit_accept": connsProgConnsAccept})}},
 	{"tcp-state", false, []candidate{tracing(connsProgConnsTcpState, connsProgConnsTcpStateSpare)}},
 	// A closed socket is reported when it is destroyed: until then its
@@ -100,20 +101,6 @@ func tracing(programs ...string) candidate {
 			}
 		}
 		return nil
-	}}
-}
-
-// fexit is a program on a kernel function's return, through a BPF
-// trampoline (the fentry backend's mechanism). Like the tracker's other
-// hooks before 5.15, not on those kernels (beforeBatching).
-func fexit(program string) candidate {
-	return candidate{features.FentryBE, func(t *Tracker) error {
-		if err := beforeBatching(); err != nil {
-			return err
-		}
-		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachTracing(link.TracingOptions{Program: p})
-		})
 	}}
 }
 
