@@ -21,8 +21,8 @@
  *
  * Owners (pid, comm, cgroup, netns) are taken only in process context and
  * kept with the socket: connect() and listen() (state changes in the
- * caller), the exit of accept()/accept4() for accepted sockets, socket()
- * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
+ * caller), the process holding the file for accepted sockets (conns_owners,
+ * an iterator over open files), socket() for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
  * softirq-side cgroup_skb programs read). The current task in softirq is
  * whoever was interrupted and is never used.
  */
@@ -41,18 +41,7 @@ struct tcp_sock___conns {
 	u32 write_seq;
 };
 
-struct file {
-	void *private_data;
-};
-
-struct fdtable {
-	unsigned int max_fds;
-	struct file **fd;
-};
-
-struct files_struct {
-	struct fdtable *fdt;
-};
+struct file;
 
 struct socket {
 	struct sock *sk;
@@ -62,9 +51,16 @@ struct nsproxy {
 	struct net *net_ns;
 };
 
+/* dfl_cgrp->kn->id is the cgroup id bpf_get_current_cgroup_id() returns. */
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
 struct task_struct___conns {
-	struct files_struct *files;
+	int tgid;
+	char comm[16];
 	struct nsproxy *nsproxy;
+	struct css_set *cgroups;
 };
 
 struct bpf_iter_meta;
@@ -73,6 +69,13 @@ struct bpf_iter__tcp {
 	struct bpf_iter_meta *meta;
 	struct sock_common *sk_common;
 	u32 uid;
+};
+
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	u32 fd __attribute__((aligned(8)));
+	struct file *file;
 };
 
 #pragma clang attribute pop
@@ -121,7 +124,7 @@ struct owner {
 
 struct conn {
 	u64 cookie;
-	u64 sk; /* the socket's address: accepted() checks it found the right entry */
+	u64 sk; /* the socket's address: conns_owners checks it found the right entry */
 	u64 bytes_in;
 	u64 bytes_out;
 	u64 packets_in;
@@ -500,8 +503,8 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	if (!c)
 		return false;
 	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
-	 * in its process: without accept()'s exit (tcp-accept refused), that
-	 * is where an accepted socket learns its owner. */
+	 * in its process: an accepted socket that closes before a refresh
+	 * ran conns_owners (or where it is refused) learns its owner here. */
 	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
 	if (started || (closing && !(c->flags & CONN_OWNED))) {
 		set_owner(&c->owner);
@@ -662,66 +665,43 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
 	return 0;
 }
 
-/* The syscalls' exit tracepoints, as tracefs describes them. */
-struct sys_exit_args {
-	u64 common;
-	long syscall_nr;
-	long ret;
-};
-
 /*
- * accepted_sock gives an accepted socket the owner of the task that accepted
- * it (a pre-forked worker, not the listener's creator). By then its
- * ESTABLISHED change has made its entry, keyed by the cookie that change
- * generated (or by its address, on 5.10).
+ * conns_owners gives accepted sockets the owner of the process that holds
+ * them (a pre-forked worker, not the listener's creator): an iterator over
+ * every task's open files, which user space runs at a refresh that shows
+ * accepted sockets still without an owner of their own. It replaced the
+ * accept syscalls' exit tracepoints, which with any program attached send
+ * every syscall of every task on the host through the slow path (about 50
+ * ns each here). The iterator visits one thread of each group that shares
+ * a file table, so comm is the process's, not the accepting thread's. A
+ * socket held by several processes (forked after accept) takes the first
+ * one met, the lowest pid.
  */
-static __always_inline void accepted_sock(struct sock *sk)
+SEC("iter/task_file")
+int conns_owners(struct bpf_iter__task_file *ctx)
 {
-	u64 key = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	struct task_struct___conns *task = (void *)ctx->task;
+	struct file *file = ctx->file;
+	if (!task || !file)
+		return 0;
+	struct socket *sock = bpf_sock_from_file(file);
+	struct sock *sk = sock ? sock->sk : NULL;
+	if (!sk)
+		return 0;
+	/* Keyed by the cookie its ESTABLISHED change generated, or by its
+	 * address (5.10, or a cookie generated later). */
+	u64 key = sk->__sk_common.skc_cookie.counter;
 	struct conn *c = key ? bpf_map_lookup_elem(&conns, &key) : NULL;
 	if (!c) {
 		key = (u64)sk;
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
-	if (c && c->sk == (u64)sk) {
-		set_owner(&c->owner);
-		c->flags |= CONN_OWNED;
-	}
-}
-
-/*
- * accepted finds the accepted socket from the new descriptor, which the
- * task installed a moment ago, at accept()'s exit.
- */
-static __always_inline void accepted(long fd)
-{
-	if (fd < 0)
-		return;
-	struct task_struct___conns *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = NULL;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
-		return;
-	struct socket *sock = BPF_CORE_READ(file, private_data);
-	struct sock *sk = BPF_CORE_READ(sock, sk);
-	if (sk)
-		accepted_sock(sk);
-}
-
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int conns_accept4(struct sys_exit_args *ctx)
-{
-	accepted(ctx->ret);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_accept")
-int conns_accept(struct sys_exit_args *ctx)
-{
-	accepted(ctx->ret);
+	if (!c || c->sk != (u64)sk || (c->flags & CONN_OWNED))
+		return 0;
+	c->owner.pid = task->tgid;
+	c->owner.cgroup_id = task->cgroups->dfl_cgrp->kn->id;
+	__builtin_memcpy(c->owner.comm, task->comm, sizeof(c->owner.comm));
+	c->flags |= CONN_OWNED;
 	return 0;
 }
 

@@ -206,12 +206,31 @@ func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 				ours += v
 			}
 		}
-		if folded >= names-limit && ours >= names*payload {
+		// A connection whose events the kernel could not deliver (a
+		// program run skipped: on 7.x a task preempted inside it) is
+		// counted lost and may miss its bytes; nothing else may.
+		lost := 0.0
+		if l := seriesOf(body, "stacktop_lost_events_total"); len(l) == 1 {
+			lost, _ = strconv.ParseFloat(strings.Fields(l[0])[1], 64)
+		}
+		if folded >= names-limit && ours >= names*payload-lost*payload {
+			if lost > 0 {
+				t.Logf("%v events lost, %v bytes missing", lost, names*payload-ours)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: stacktop_folded_aggregates %v (want at least %d), sent bytes of the renamed thread in own and other series %v (want at least %d)",
-				folded, names-limit, ours, names*payload)
+			var others []string // where missing bytes may have gone instead
+			for _, line := range sent {
+				if !strings.Contains(line, `comm="stm-`) && !strings.Contains(line, `comm="other"`) {
+					others = append(others, line)
+				}
+			}
+			for _, name := range []string{"stacktop_lost_events_total", "stacktop_map_full_total", "stacktop_connections_opened_total", "stacktop_connections_closed_total", "stacktop_open_connections"} {
+				others = append(others, seriesOf(body, name)...)
+			}
+			t.Fatalf("after 10s: stacktop_folded_aggregates %v (want at least %d), sent bytes of the renamed thread in own and other series %v (want at least %d); other series:\n%s",
+				folded, names-limit, ours, names*payload, strings.Join(others, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
