@@ -61,6 +61,7 @@ struct task_struct___conns {
 	char comm[16];
 	struct nsproxy *nsproxy;
 	struct css_set *cgroups;
+	struct task_struct___conns *group_leader;
 };
 
 struct bpf_iter_meta;
@@ -270,6 +271,18 @@ static __always_inline void set_owner(struct owner *o)
 	o->pid = bpf_get_current_pid_tgid() >> 32;
 	o->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/* set_process_owner is set_owner with the process's name (its main
+ * thread's) rather than the current thread's: the name conns_owners gives
+ * an accepted socket, so that it does not depend on whether a refresh found
+ * the socket before its process closed it. */
+static __always_inline void set_process_owner(struct owner *o)
+{
+	set_owner(o);
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	struct task_struct___conns *leader = BPF_CORE_READ(task, group_leader);
+	bpf_core_read_str(o->comm, sizeof(o->comm), &leader->comm);
 }
 
 /* tcp_of returns an inet TCP socket as the tcp_sock it is (whose fields
@@ -506,8 +519,11 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	 * in its process: an accepted socket that closes before a refresh
 	 * ran conns_owners (or where it is refused) learns its owner here. */
 	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
-	if (started || (closing && !(c->flags & CONN_OWNED))) {
+	if (started) {
 		set_owner(&c->owner);
+		c->flags |= CONN_OWNED;
+	} else if (closing && !(c->flags & CONN_OWNED)) {
+		set_process_owner(&c->owner);
 		c->flags |= CONN_OWNED;
 	}
 	if (!created) { /* a new entry has read both a moment ago */
