@@ -21,9 +21,10 @@
  *
  * Owners (pid, comm, cgroup, netns) are taken only in process context and
  * kept with the socket: connect() and listen() (state changes in the
- * caller), the process holding the file for accepted sockets (conns_owners,
- * an iterator over open files), socket() for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
- * softirq-side cgroup_skb programs read). The current task in softirq is
+ * caller), the process holding the file for accepted sockets
+ * (conns_owners, an iterator over open files), socket() for UDP sockets
+ * (cgroup/sock_create, into the `owners` LRU map that the softirq-side
+ * cgroup_skb programs read). The current task in softirq is
  * whoever was interrupted and is never used.
  */
 #include "stacktop.h"
@@ -688,9 +689,9 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
  * accepted sockets still without an owner of their own. It replaced the
  * accept syscalls' exit tracepoints, which with any program attached send
  * every syscall of every task on the host through the slow path (about 50
- * ns each here). The iterator visits one thread of each group that shares
- * a file table, so comm is the process's, not the accepting thread's. A
- * socket held by several processes (forked after accept) takes the first
+ * ns each here). The file table is the process's, not the accepting
+ * thread's: comm is the process's (its main thread's), as at a close
+ * (set_process_owner). A socket held by several processes (forked after accept) takes the first
  * one met, the lowest pid.
  */
 SEC("iter/task_file")
@@ -716,7 +717,7 @@ int conns_owners(struct bpf_iter__task_file *ctx)
 		return 0;
 	c->owner.pid = task->tgid;
 	c->owner.cgroup_id = task->cgroups->dfl_cgrp->kn->id;
-	__builtin_memcpy(c->owner.comm, task->comm, sizeof(c->owner.comm));
+	__builtin_memcpy(c->owner.comm, task->group_leader->comm, sizeof(c->owner.comm));
 	c->flags |= CONN_OWNED;
 	return 0;
 }
