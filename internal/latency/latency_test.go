@@ -38,7 +38,6 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 		p.UDPToHost(t, f, datagrams, 0)
 		p.TCPToHost(t, f, messages, 0)
 		p.SYNsToHost(t, f, syns)
-		got := delta(before, totals(t, tr))
 		want := map[Hook]uint64{
 			IPStart:           datagrams + syns,
 			TCPStart:          syns,
@@ -48,11 +47,20 @@ func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 			TCPSocketRead:     messages,
 			UDPSocketRead:     datagrams,
 		}
-		for hook, n := range want {
-			h := got.of(hook)
-			if h.Count() < n {
-				t.Errorf("IPv%d %s: %d samples, want at least %d", f, hook, h.Count(), n)
+		// The last raw SYN may still be between two hooks when the
+		// sender returns (it waits for no answer): 14 of 15 once on 5.10.
+		var got hookHists
+		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("IPv%d samples per hook", f), func() error {
+			got = delta(before, totals(t, tr))
+			for hook, n := range want {
+				if c := got.of(hook).Count(); c < n {
+					return fmt.Errorf("%s: %d samples, want at least %d (all: %v)", hook, c, n, counts(got))
+				}
 			}
+			return nil
+		})
+		for hook := range want {
+			h := got.of(hook)
 			if h.Count() > 0 && h.Sum == 0 {
 				t.Errorf("IPv%d %s: %d samples but a zero sum", f, hook, h.Count())
 			}

@@ -52,6 +52,12 @@ func infrastructureFault(r *bootResult, timeout time.Duration) string {
 			return "stray int3 trap from the kernel's live code patching under TCG: " + strings.TrimSpace(line)
 		}
 	}
+	// A lockup is never retried, except this one: a CPU looping on a
+	// breakpoint nothing but live patching sets, none of our programs on
+	// the report's path.
+	if r.Int3Loop != "" && !slices.ContainsFunc(r.PanicReport, ourFrame.MatchString) {
+		return "stray int3 trap from the kernel's live code patching under TCG, a CPU trapping on it in a loop: " + r.Panic
+	}
 	if r.TimedOut || !slices.ContainsFunc(r.PanicReport, fatalOops.MatchString) ||
 		slices.ContainsFunc(r.PanicReport, ourFrame.MatchString) {
 		return ""

@@ -84,7 +84,13 @@ type Result struct {
 	// lines): the oops's trap, registers and call trace, which tell an
 	// emulator fault from a kernel bug our programs hit.
 	PanicReport []string
-	Done        bool
+	// Int3Loop is the first console line that shows a CPU trapping on a
+	// breakpoint (an NMI backtrace or stall report with its RIP in the int3
+	// entry), which a lockup report alone does not tell: under TCG a vCPU
+	// that runs a stale translation of code the kernel patched (text_poke_bp)
+	// traps on the temporary int3 forever, once the kernel no longer claims it.
+	Int3Loop string
+	Done     bool
 }
 
 var (
@@ -93,6 +99,7 @@ var (
 	// Before 6.11 an unexpected breakpoint oopses as "int3: 0000 [#1]",
 	// without "Oops: ".
 	panicLine = regexp.MustCompile(`Kernel panic - not syncing|BUG: |Oops: |general protection fault|\bint3: [0-9a-f]{4} \[#\d+\]`)
+	int3Trap  = regexp.MustCompile(`RIP: [0-9a-f]{4}:asm_exc_int3\b`)
 )
 
 // maxPanicReport bounds PanicReport: an oops with its trace, registers and
@@ -109,6 +116,9 @@ type Collector struct {
 func (c *Collector) Line(line string) {
 	if c.Result.Panic == "" && panicLine.MatchString(line) {
 		c.Result.Panic = strings.TrimSpace(line)
+	}
+	if c.Result.Int3Loop == "" && int3Trap.MatchString(line) {
+		c.Result.Int3Loop = strings.TrimSpace(line)
 	}
 	if c.Result.Panic != "" && len(c.Result.PanicReport) < maxPanicReport {
 		c.Result.PanicReport = append(c.Result.PanicReport, line)
