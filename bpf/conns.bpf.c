@@ -21,10 +21,9 @@
  *
  * Owners (pid, comm, cgroup, netns) are taken only in process context and
  * kept with the socket: connect() and listen() (state changes in the
- * caller), the process holding the file for accepted sockets
- * (conns_owners, an iterator over open files), socket() for UDP sockets
- * (cgroup/sock_create, into the `owners` LRU map that the softirq-side
- * cgroup_skb programs read). The current task in softirq is
+ * caller), the exit of accept()/accept4() for accepted sockets, socket()
+ * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
+ * softirq-side cgroup_skb programs read). The current task in softirq is
  * whoever was interrupted and is never used.
  */
 #include "stacktop.h"
@@ -42,7 +41,18 @@ struct tcp_sock___conns {
 	u32 write_seq;
 };
 
-struct file;
+struct file {
+	void *private_data;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
 
 struct socket {
 	struct sock *sk;
@@ -52,17 +62,9 @@ struct nsproxy {
 	struct net *net_ns;
 };
 
-/* dfl_cgrp->kn->id is the cgroup id bpf_get_current_cgroup_id() returns. */
-struct css_set {
-	struct cgroup *dfl_cgrp;
-};
-
 struct task_struct___conns {
-	int tgid;
-	char comm[16];
+	struct files_struct *files;
 	struct nsproxy *nsproxy;
-	struct css_set *cgroups;
-	struct task_struct___conns *group_leader;
 };
 
 struct bpf_iter_meta;
@@ -71,13 +73,6 @@ struct bpf_iter__tcp {
 	struct bpf_iter_meta *meta;
 	struct sock_common *sk_common;
 	u32 uid;
-};
-
-struct bpf_iter__task_file {
-	struct bpf_iter_meta *meta;
-	struct task_struct *task;
-	u32 fd __attribute__((aligned(8)));
-	struct file *file;
 };
 
 #pragma clang attribute pop
@@ -126,7 +121,7 @@ struct owner {
 
 struct conn {
 	u64 cookie;
-	u64 sk; /* the socket's address: conns_owners checks it found the right entry */
+	u64 sk; /* the socket's address: accepted() checks it found the right entry */
 	u64 bytes_in;
 	u64 bytes_out;
 	u64 packets_in;
@@ -272,18 +267,6 @@ static __always_inline void set_owner(struct owner *o)
 	o->pid = bpf_get_current_pid_tgid() >> 32;
 	o->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
-}
-
-/* set_process_owner is set_owner with the process's name (its main
- * thread's) rather than the current thread's: the name conns_owners gives
- * an accepted socket, so that it does not depend on whether a refresh found
- * the socket before its process closed it. */
-static __always_inline void set_process_owner(struct owner *o)
-{
-	set_owner(o);
-	struct task_struct___conns *task = (void *)bpf_get_current_task();
-	struct task_struct___conns *leader = BPF_CORE_READ(task, group_leader);
-	bpf_core_read_str(o->comm, sizeof(o->comm), &leader->comm);
 }
 
 /* tcp_of returns an inet TCP socket as the tcp_sock it is (whose fields
@@ -517,14 +500,11 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	if (!c)
 		return false;
 	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
-	 * in its process: an accepted socket that closes before a refresh
-	 * ran conns_owners (or where it is refused) learns its owner here. */
+	 * in its process: without accept()'s exit (tcp-accept refused), that
+	 * is where an accepted socket learns its owner. */
 	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
-	if (started) {
+	if (started || (closing && !(c->flags & CONN_OWNED))) {
 		set_owner(&c->owner);
-		c->flags |= CONN_OWNED;
-	} else if (closing && !(c->flags & CONN_OWNED)) {
-		set_process_owner(&c->owner);
 		c->flags |= CONN_OWNED;
 	}
 	if (!created) { /* a new entry has read both a moment ago */
@@ -682,43 +662,66 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
 	return 0;
 }
 
+/* The syscalls' exit tracepoints, as tracefs describes them. */
+struct sys_exit_args {
+	u64 common;
+	long syscall_nr;
+	long ret;
+};
+
 /*
- * conns_owners gives accepted sockets the owner of the process that holds
- * them (a pre-forked worker, not the listener's creator): an iterator over
- * every task's open files, which user space runs at a refresh that shows
- * accepted sockets still without an owner of their own. It replaced the
- * accept syscalls' exit tracepoints, which with any program attached send
- * every syscall of every task on the host through the slow path (about 50
- * ns each here). The file table is the process's, not the accepting
- * thread's: comm is the process's (its main thread's), as at a close
- * (set_process_owner). A socket held by several processes (forked after accept) takes the first
- * one met, the lowest pid.
+ * accepted_sock gives an accepted socket the owner of the task that accepted
+ * it (a pre-forked worker, not the listener's creator). By then its
+ * ESTABLISHED change has made its entry, keyed by the cookie that change
+ * generated (or by its address, on 5.10).
  */
-SEC("iter/task_file")
-int conns_owners(struct bpf_iter__task_file *ctx)
+static __always_inline void accepted_sock(struct sock *sk)
 {
-	struct task_struct___conns *task = (void *)ctx->task;
-	struct file *file = ctx->file;
-	if (!task || !file)
-		return 0;
-	struct socket *sock = bpf_sock_from_file(file);
-	struct sock *sk = sock ? sock->sk : NULL;
-	if (!sk)
-		return 0;
-	/* Keyed by the cookie its ESTABLISHED change generated, or by its
-	 * address (5.10, or a cookie generated later). */
-	u64 key = sk->__sk_common.skc_cookie.counter;
+	u64 key = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
 	struct conn *c = key ? bpf_map_lookup_elem(&conns, &key) : NULL;
 	if (!c) {
 		key = (u64)sk;
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
-	if (!c || c->sk != (u64)sk || (c->flags & CONN_OWNED))
-		return 0;
-	c->owner.pid = task->tgid;
-	c->owner.cgroup_id = task->cgroups->dfl_cgrp->kn->id;
-	__builtin_memcpy(c->owner.comm, task->group_leader->comm, sizeof(c->owner.comm));
-	c->flags |= CONN_OWNED;
+	if (c && c->sk == (u64)sk) {
+		set_owner(&c->owner);
+		c->flags |= CONN_OWNED;
+	}
+}
+
+/*
+ * accepted finds the accepted socket from the new descriptor, which the
+ * task installed a moment ago, at accept()'s exit.
+ */
+static __always_inline void accepted(long fd)
+{
+	if (fd < 0)
+		return;
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *file = NULL;
+	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
+		return;
+	struct socket *sock = BPF_CORE_READ(file, private_data);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (sk)
+		accepted_sock(sk);
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int conns_accept4(struct sys_exit_args *ctx)
+{
+	accepted(ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept")
+int conns_accept(struct sys_exit_args *ctx)
+{
+	accepted(ctx->ret);
 	return 0;
 }
 
