@@ -5,7 +5,7 @@
 // them, else netfilter and tp_btf programs. It loads bpf/latency.bpf.c.
 package latency
 
-//go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value -type slow_event latency ../../bpf/latency.bpf.c
+//go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value -type slow_event latency bpf/latency.bpf.c
 
 import (
 	"fmt"

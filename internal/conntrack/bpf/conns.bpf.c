@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Connection tracking for `stacktop top/stream`.
+ *
+ * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
+ * lifecycle comes from tp_btf/inet_sock_set_state. No program runs on the
+ * data path: bytes, segments, smoothed RTT and retransmits are the kernel's
+ * own tcp_sock counters, read by conns_refresh (an iterator over `conns`
+ * that user space runs once per refresh) and at every state change, a last
+ * time at TCP_CLOSE, whose final entry goes to the ring buffer before the
+ * entry is deleted. Bytes are what the application wrote and read, derived
+ * from sequence space (see tcp_bytes()).
+ *
+ * The socket-side programs read kernel memory directly (BTF pointers: a
+ * load each, no helper call): a state change or a close then costs about
+ * what its map operations cost.
+ *
+ * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
+ * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
+ * datagram with its socket, so unconnected sockets are split by peer.
+ *
+ * Owners (pid, comm, cgroup, netns) are taken only in process context and
+ * kept with the socket: connect() and listen() (state changes in the
+ * caller), the exit of accept()/accept4() for accepted sockets, socket()
+ * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
+ * softirq-side cgroup_skb programs read). The current task in softirq is
+ * whoever was interrupted and is never used.
+ */
+#include "conns.h"
+#include "tcp.h"
+#include "accept.h"
+#include "udp.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
+{
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+
+	if (!tp || !tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate))
+		mark_change(sk, oldstate, newstate);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
+{
+	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+	u64 cookie = tp ? tcp_key(sk) : 0;
+	struct conn *c = tp ? bpf_map_lookup_elem(&conns, &cookie) : NULL;
+
+	if (c ? c->state == newstate : marked(sk, oldstate, newstate))
+		return 0; /* conns_tcp_state ran for it */
+	if (tp)
+		tcp_state_change(sk, tp, cookie, oldstate, newstate);
+	count_drop(DROP_COVERED);
+	return 0;
+}
+
+/* The same pair for the destruction: an entry still there when the spare
+ * runs is one whose conns_tcp_destroy run the kernel skipped. */
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(conns_tcp_destroy, struct sock *sk)
+{
+	tcp_destroyed(sk);
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
+{
+	if (tcp_destroyed(sk))
+		count_drop(DROP_COVERED);
+	return 0;
+}
+
+/*
+ * conns_refresh runs over the TCP sockets of one network namespace (the one
+ * of the task that opens the iterator) when user space reads it, once per
+ * refresh and namespace: it copies each tracked socket's current counters
+ * into its entry, so that every refresh shows them live, also while the
+ * owner sleeps in a syscall or does nothing. A socket that reached
+ * TCP_CLOSE is no longer in the tables the iterator walks; its final
+ * counters are in its closed event, read at the change itself.
+ */
+SEC("iter/tcp")
+int conns_refresh(struct bpf_iter__tcp *ctx)
+{
+	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
+	if (!tp)
+		return 0;
+	struct sock *sk = (void *)tp;
+	u64 key = tcp_key(sk);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return 0;
+	/* connect() moves a socket into SYN_SENT before it binds the local
+	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
+	 * after), so that change recorded port 0; a socket the iterator
+	 * walks is hashed, its port bound. */
+	if (!c->sport)
+		read_tuple(c, sk);
+	refresh(c, tp, sk->__sk_common.skc_state);
+	return 0;
+}
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int conns_accept4(struct sys_exit_args *ctx)
+{
+	accepted(ctx->ret);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_accept")
+int conns_accept(struct sys_exit_args *ctx)
+{
+	accepted(ctx->ret);
+	return 0;
+}
+
+/* conns_udp_owner records who creates each UDP socket, in its process. */
+SEC("cgroup/sock_create")
+int conns_udp_owner(struct bpf_sock *sk)
+{
+	if (sk->protocol != IPPROTO_UDP)
+		return 1;
+	u64 cookie = bpf_get_socket_cookie(sk);
+	struct owner o = {
+		.pid = bpf_get_current_pid_tgid() >> 32,
+		.cgroup_id = bpf_get_current_cgroup_id(),
+	};
+	bpf_get_current_comm(o.comm, sizeof(o.comm));
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	o.netns = BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
+	bpf_map_update_elem(&owners, &cookie, &o, BPF_ANY);
+	return 1; /* observe only: never refuse a socket */
+}
+
+SEC("cgroup_skb/ingress")
+int conns_udp_ingress(struct __sk_buff *skb)
+{
+	udp_packet(skb, true);
+	return 1; /* observe only: always let the packet pass */
+}
+
+SEC("cgroup_skb/egress")
+int conns_udp_egress(struct __sk_buff *skb)
+{
+	udp_packet(skb, false);
+	return 1;
+}
+
+/*
+ * conns_udp_drop: a datagram that cgroup_skb ingress counted (it runs in
+ * sk_filter(), before the datagram is queued) and that __udp_enqueue_
+ * schedule_skb() then refused: the receive buffer was full (the kernel's
+ * UdpRcvbufErrors) or socket memory ran out (UdpMemErrors). It moves from
+ * the flow's received datagrams to its drops. The skb argument exists since
+ * 6.10 (user space attaches the program only where the tracepoint has it);
+ * its headers are still in place, data is past the UDP header.
+ */
+SEC("tp_btf/udp_fail_queue_rcv_skb")
+int BPF_PROG(conns_udp_drop, int rc, struct sock *sk, struct sk_buff *skb)
+{
+	struct flow_key k = {};
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	u16 l3 = BPF_CORE_READ(skb, network_header), l4 = BPF_CORE_READ(skb, transport_header);
+	struct {
+		u16 sport, dport, len, csum;
+	} udp;
+
+	if (BPF_CORE_READ(skb, protocol) == bpf_htons(ETH_P_IP)) {
+		k.family = AF_INET;
+		bpf_probe_read_kernel(k.raddr, 4, head + l3 + 12);
+		bpf_probe_read_kernel(k.laddr, 4, head + l3 + 16);
+	} else {
+		k.family = AF_INET6;
+		bpf_probe_read_kernel(k.raddr, 16, head + l3 + 8);
+		bpf_probe_read_kernel(k.laddr, 16, head + l3 + 24);
+	}
+	if (bpf_probe_read_kernel(&udp, sizeof(udp), head + l4))
+		return 0;
+	k.lport = bpf_ntohs(udp.dport);
+	k.rport = bpf_ntohs(udp.sport);
+	k.cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter); /* made by cgroup_skb */
+	struct flow *f = bpf_map_lookup_elem(&flows, &k);
+	if (!f)
+		return 0;
+	u64 payload = (u16)(bpf_ntohs(udp.len) - sizeof(udp));
+	__sync_fetch_and_add(&f->bytes_in, -payload);
+	__sync_fetch_and_add(&f->packets_in, -1);
+	__sync_fetch_and_add(&f->drops_in, 1);
+	return 0;
+}

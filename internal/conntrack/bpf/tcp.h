@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * TCP: one entry per socket in `conns`, its counters read from the kernel's
+ * tcp_sock at state changes, at destruction and by the refresh iterator.
+ */
+#ifndef CONNS_TCP_H
+#define CONNS_TCP_H
+
+#include "conns.h"
+
+/* Kernel types only the TCP part reads, relocated like stacktop.h's; the
+ * ___conns flavours are the kernel's struct of that name. */
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+struct sock_common___conns {
+	unsigned long skc_flags; /* sk_flags: enum sock_flags bits */
+};
+
+struct tcp_sock___conns {
+	u32 write_seq;
+};
+
+struct bpf_iter_meta;
+
+struct bpf_iter__tcp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *sk_common;
+	u32 uid;
+};
+
+#pragma clang attribute pop
+
+/* tcp_of returns an inet TCP socket as the tcp_sock it is (whose fields
+ * can then be read directly), or NULL for anything else. */
+static __always_inline const struct tcp_sock *tcp_of(struct sock *sk)
+{
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk); /* full socket, IPPROTO_TCP */
+	if (!tp)
+		return NULL;
+	u16 family = sk->__sk_common.skc_family;
+	return (family == AF_INET || family == AF_INET6) && sk->sk_type == SOCK_STREAM ? tp : NULL;
+}
+
+/* fin_queued reports whether our FIN is in write_seq in this state:
+ * tcp_send_fin() runs right after the move into FIN_WAIT1 or LAST_ACK, so a
+ * state change passes the state the FIN was (or was not) sent from. */
+static __always_inline bool fin_queued(int state)
+{
+	return state == TCP_FIN_WAIT1 || state == TCP_FIN_WAIT2 || state == TCP_CLOSING ||
+	       state == TCP_LAST_ACK || state == TCP_TIME_WAIT;
+}
+
+/*
+ * tcp_bytes derives the bytes the application read and wrote from the
+ * socket's sequence space, so that no program has to run per call.
+ *
+ * Read: bytes_received counts every in-order byte the peer sent, its FIN
+ * included (tcp_rcv_nxt_update(); the SYN is not), and rcv_nxt - copied_seq
+ * is what sits in the receive queue unread. recvmsg() moves copied_seq past
+ * the FIN when it returns end-of-file: a FIN that arrived (SOCK_DONE) and is
+ * not in the unread part was read, and is taken off.
+ *
+ * Written: bytes_acked counts what the peer acknowledged (our SYN included
+ * on the connecting side: its snd_una starts at the SYN, an accepted
+ * socket's after it), write_seq - snd_una what the application queued that
+ * is not acknowledged yet; our SYN and FIN each take one sequence number.
+ *
+ * Both stay exact past 4 GiB: the 64-bit counters carry the total, the
+ * 32-bit differences are bounded by the buffers.
+ */
+static __always_inline void tcp_bytes(struct conn *c, const struct tcp_sock *tp, int fin_state)
+{
+	const struct sock *sk = (const void *)tp;
+	u64 received = tp->bytes_received;
+	u32 unread = tp->rcv_nxt - tp->copied_seq;
+	bool fin_in = ((const struct sock_common___conns *)&sk->__sk_common)->skc_flags & (1UL << SOCK_DONE);
+	u64 in = received - unread - (fin_in && !unread);
+	u64 out = tp->bytes_acked + (u32)(((const struct tcp_sock___conns *)tp)->write_seq - tp->snd_una);
+	u64 control = !!(c->flags & CONN_ACTIVE) + fin_queued(fin_state);
+
+	c->bytes_in = in > received ? 0 : in; /* never wraps, even on a torn read */
+	c->bytes_out = out > control ? out - control : 0;
+}
+
+/* refresh copies what changes over a connection's life from the socket;
+ * fin_state is the state that says whether our FIN is in its sequence space. */
+static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, int fin_state)
+{
+	tcp_bytes(c, tp, fin_state);
+	c->packets_in = tp->segs_in;
+	c->packets_out = tp->segs_out;
+	c->srtt_us = tp->srtt_us >> 3;
+	c->retrans = tp->total_retrans;
+	c->owner.netns = sock_netns((const void *)tp); /* the socket's, known even before its owner */
+}
+
+/* read_tuple copies the addresses and ports. A connecting socket gets its
+ * local address and port during connect(), so it is read on every event but
+ * the last: by the time TCP_CLOSE is traced, inet_put_port() has already
+ * zeroed the local port. */
+static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
+{
+	const struct sock_common *skc = &sk->__sk_common;
+
+	c->family = skc->skc_family;
+	if (c->family == AF_INET) {
+		__builtin_memcpy(c->saddr, &skc->skc_rcv_saddr, 4);
+		__builtin_memcpy(c->daddr, &skc->skc_daddr, 4);
+	} else {
+		__builtin_memcpy(c->saddr, &skc->skc_v6_rcv_saddr, 16);
+		__builtin_memcpy(c->daddr, &skc->skc_v6_daddr, 16);
+	}
+	c->sport = skc->skc_num;
+	c->dport = bpf_ntohs(skc->skc_dport);
+}
+
+/* active_guess tells whether a socket first seen after its start made its
+ * connection with connect(): unless its local port is a known listener's. */
+static __always_inline bool active_guess(const struct conn *c)
+{
+	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
+	return !bpf_map_lookup_elem(&listeners, &lk);
+}
+
+/* tcp_entry returns the socket's entry, creating it with flags if it has
+ * none (*created tells); fin_state as for refresh(). */
+static __always_inline struct conn *tcp_entry(const struct tcp_sock *tp, u64 cookie, u8 flags, int fin_state,
+					      bool *created)
+{
+	const struct sock *sk = (const void *)tp;
+	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
+	if (c)
+		return c;
+	/* User space reads the table while programs run: an entry is inserted
+	 * complete, never seen without its addresses and state. */
+	struct conn fresh = { .cookie = cookie, .sk = (u64)sk, .flags = flags };
+	read_tuple(&fresh, sk);
+	refresh(&fresh, tp, fin_state);
+	if ((flags & CONN_PARTIAL) && active_guess(&fresh))
+		fresh.flags |= CONN_ACTIVE;
+	fresh.state = sk->__sk_common.skc_state;
+	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
+	if (err == -EEXIST) /* another CPU created it first */
+		return bpf_map_lookup_elem(&conns, &cookie);
+	if (err) {
+		count_drop(DROP_MAP_FULL);
+		return NULL;
+	}
+	*created = true;
+	u8 one = 1;
+	if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
+		bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&conns, &cookie);
+}
+
+/* The ring's reader is woken only once this much waits in it: user space
+ * drains it at every refresh anyway (ringbuf.Reader.Flush), and a wakeup
+ * per event (the default) costs the closing program a self-IPI and the
+ * reader's wakeup, microseconds on a virtual machine. A quarter of the
+ * 4 MiB ring leaves room for a burst while the reader catches up. */
+#define CLOSED_WAKEUP_BYTES (1 << 20)
+
+/* report_closed writes a closed connection's final entry to the ring. */
+static __always_inline void report_closed(struct conn *c)
+{
+	u64 wake = bpf_ringbuf_query(&closed, BPF_RB_AVAIL_DATA) >= CLOSED_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP :
+											  BPF_RB_NO_WAKEUP;
+	c->state = TCP_CLOSE;
+	if (bpf_ringbuf_output(&closed, c, sizeof(*c), wake))
+		count_drop(DROP_LOST);
+}
+
+/* tracked_change tells the state changes the programs record. A child
+ * socket is cloned from its listener into SYN_RECV, in softirq, still
+ * carrying the listener's cookie (reset only later on 5.10 and 6.1): it is
+ * taken as born when it becomes ESTABLISHED, moments later in the same
+ * softirq, with its own identity. One that dies in SYN_RECV instead (it
+ * lost a race with a twin created for the same handshake) was never a
+ * connection of its own. */
+static __always_inline bool tracked_change(int oldstate, int newstate)
+{
+	return newstate != TCP_SYN_RECV && !(oldstate == TCP_SYN_RECV && newstate == TCP_CLOSE);
+}
+
+/*
+ * The kernel skips a tracing program's run while the same program is
+ * already running on the CPU: a state change in softirq that interrupts one
+ * in process context (mass closes do this all the time), or on 7.x a task
+ * preempted inside the program. Two programs share the tracepoint and are
+ * called in the order they were attached: conns_tcp_state applies every
+ * change it runs for, conns_tcp_state_spare only one the first program's
+ * run was skipped for. Changes of one socket do not interrupt each other
+ * (the socket lock serialises them), so the socket's own entry tells the
+ * two apart where per-CPU state cannot (it holds across a preemption
+ * between the two programs): conns_tcp_state leaves it in the new state,
+ * a skipped run in the old one. A change that leaves no entry — one that
+ * is not tracked (a child's birth into SYN_RECV, about one per accepted
+ * connection) or that found the table full — the first program marks here
+ * instead, by socket address, and the spare consumes the mark: so that the
+ * spare counts only the changes whose first run was skipped (the loss
+ * counter subtracts them from the kernel's count of skipped runs), and
+ * neither applies nor counts a table-full change twice.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* a mark only has to live from one program to the next */
+	__type(key, u64);
+	__type(value, u32);
+} state_marks SEC(".maps");
+
+static __always_inline u32 state_mark(int oldstate, int newstate)
+{
+	return (u32)oldstate << 16 | (u32)newstate;
+}
+
+static __always_inline void mark_change(const struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 mark = state_mark(oldstate, newstate);
+	bpf_map_update_elem(&state_marks, &key, &mark, BPF_ANY);
+}
+
+/* marked tells whether conns_tcp_state marked this change, and consumes
+ * the mark: a socket reusing the memory may make the same change again. */
+static __always_inline bool marked(const struct sock *sk, int oldstate, int newstate)
+{
+	u64 key = (u64)sk;
+	u32 *mark = bpf_map_lookup_elem(&state_marks, &key);
+	if (!mark || *mark != state_mark(oldstate, newstate))
+		return false;
+	bpf_map_delete_elem(&state_marks, &key);
+	return true;
+}
+
+/* tcp_state_change records a TCP socket's move from oldstate to newstate
+ * (a tracked_change) in the entry under cookie; false if it has none (the
+ * table is full). */
+static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
+					     int newstate)
+{
+	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
+	/* connect() and listen() start a socket's life in its process. */
+	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
+	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
+	 * a move into TCP_CLOSE keeps what the state before it had queued. */
+	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
+				oldstate : newstate;
+	if (started) {
+		/* A socket reused after close (connect() again) ends its
+		 * previous connection here. */
+		struct conn *old = bpf_map_lookup_elem(&conns, &cookie);
+		if (old) {
+			if (old->flags & CONN_CLOSED)
+				report_closed(old);
+			bpf_map_delete_elem(&conns, &cookie);
+		}
+	}
+	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
+	bool created = false;
+	struct conn *c = tcp_entry(tp, cookie, flags, fin_state, &created);
+	if (!c)
+		return false;
+	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
+	 * in its process: without accept()'s exit (tcp-accept refused), that
+	 * is where an accepted socket learns its owner. */
+	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
+	if (started || (closing && !(c->flags & CONN_OWNED))) {
+		set_owner(&c->owner);
+		c->flags |= CONN_OWNED;
+	}
+	if (!created) { /* a new entry has read both a moment ago */
+		if (newstate != TCP_CLOSE || !c->family)
+			read_tuple(c, sk);
+		refresh(c, tp, fin_state);
+	}
+	c->state = newstate; /* the socket's own field changes after the tracepoint */
+	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
+	if (newstate == TCP_LISTEN)
+		bpf_map_update_elem(&listeners, &lk, &c->owner, BPF_ANY);
+	if (accepted) {
+		/* Its local port is its listener's; it is whole. */
+		c->flags &= ~(CONN_PARTIAL | CONN_ACTIVE);
+		struct owner *o = bpf_map_lookup_elem(&listeners, &lk);
+		if (o && !c->owner.pid)
+			c->owner = *o;
+	}
+	if (newstate != TCP_CLOSE)
+		return true;
+	/* What it wrote is final; what it reads is not yet: the application
+	 * may still read what is queued (the peer's FIN can complete the
+	 * close before that), so the entry is reported when the socket is
+	 * destroyed, by tcp_destroyed(). */
+	c->flags |= CONN_CLOSED;
+	if (oldstate == TCP_LISTEN)
+		bpf_map_delete_elem(&listeners, &lk);
+	return true;
+}
+
+/*
+ * tcp_destroyed reports a socket's final entry when the kernel destroys it
+ * (the application closed it, or it was an orphan that reached
+ * TCP_CLOSE): its bytes read are final only now. It returns whether it
+ * reported anything.
+ */
+static __always_inline bool tcp_destroyed(struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_of(sk);
+	if (!tp)
+		return false;
+	u64 key = tcp_key(sk);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return false;
+	u64 out = c->bytes_out;
+	refresh(c, tp, c->state); /* no move into TCP_CLOSE seen: as of its last state */
+	if (c->flags & CONN_CLOSED)
+		c->bytes_out = out;
+	report_closed(c);
+	bpf_map_delete_elem(&conns, &key);
+	return true;
+}
+
+/* tcp_socket returns the full TCP socket an iterator visits, or NULL for a
+ * time-wait or request socket, one not bound to a connection yet or gone
+ * (CLOSE), or a child still in SYN_RECV (taken at its ESTABLISHED). */
+static __always_inline const struct tcp_sock *tcp_socket(struct sock_common *skc)
+{
+	if (!skc)
+		return NULL;
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return NULL;
+	int state = ((const struct sock *)tp)->__sk_common.skc_state;
+	return state == TCP_CLOSE || state == TCP_SYN_RECV ? NULL : tp;
+}
+
+
+#endif /* CONNS_TCP_H */

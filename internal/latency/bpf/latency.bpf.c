@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * netstacklat: how long received packets have been inside the host network
+ * stack when they reach each layer, aggregated into per-CPU log2 histograms
+ * (ebpf_exporter exp2 semantics) in the kernel. Two backends implement the
+ * hooks: fentry/fexit programs at netstacklat's own attachment points, and
+ * netfilter + tp_btf programs for kernels that refuse fentry. Both feed the
+ * same recording code, so filters and grouping mean the same on either.
+ *
+ * latency = realtime now - skb->tstamp, where skb->tstamp is the RX software
+ * timestamp (CLOCK_REALTIME) taken at netif_receive_skb/netif_rx while user
+ * space holds a socket with SOF_TIMESTAMPING_RX_SOFTWARE open.
+ */
+#include "record.h"
+#include "slow.h"
+#include "ingress.h"
+#include "socket.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
+
+/* Attached only for ip-start on this backend: no hook_backends check. */
+SEC("netfilter")
+int nf_ip_start(struct bpf_nf_ctx *ctx)
+{
+	record_skb(HOOK_IP_START, ctx->skb, NULL);
+	return NF_ACCEPT;
+}
+
+
+SEC("netfilter")
+int nf_l4_start(struct bpf_nf_ctx *ctx)
+{
+	const struct nf_hook_state *state = ctx->state;
+	struct sk_buff *skb = ctx->skb;
+	__u32 hook;
+
+	switch (l4_protocol(skb, state->pf)) {
+	case IPPROTO_TCP:
+		hook = HOOK_TCP_START;
+		break;
+	case IPPROTO_UDP:
+		hook = HOOK_UDP_START;
+		break;
+	default:
+		return NF_ACCEPT;
+	}
+	if (hook_enabled(hook))
+		record_skb(hook, skb, NULL);
+	return NF_ACCEPT;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(tp_sk_data_ready, struct sock *sk)
+{
+	void *queue = __builtin_preserve_access_index(&sk->sk_receive_queue);
+	struct sk_buff *tail = sk->sk_receive_queue.prev;
+	__u16 proto = sk->sk_protocol;
+	__u16 type = sk->sk_type;
+
+	if ((void *)tail == queue || !tail)
+		return 0;
+	if (proto == IPPROTO_TCP && type == SOCK_STREAM && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
+		tcp_enqueued(sk, tail);
+	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
+		 (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) || hook_enabled(HOOK_UDP_SOCK_READ)))
+		udp_enqueued(sk, tail, queue);
+	return 0;
+}
+
+/* ---- tcp-socket-read: skb_copy_datagram_iovec, then sock_recv_length ---- */
+
+SEC("tp_btf/skb_copy_datagram_iovec")
+int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
+{
+	struct sock *sk = skb->sk;
+	struct pending_read *p;
+	__u32 zero = 0;
+
+	/* Attached only for tcp-socket-read: no hook_backends check. */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	p = bpf_map_lookup_elem(&tcp_reads, &zero);
+	if (!p)
+		return 0;
+	/* The queue is in arrival order: the last skb copied is the newest,
+	 * the one tcp_recv_timestamp reports. */
+	p->task = bpf_get_current_task();
+	p->sk = (__u64)sk;
+	read_stamp(skb, &p->s);
+	return 0;
+}
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
+{
+	__u16 proto = sk->sk_protocol;
+
+	if (flags & MSG_ERRQUEUE)
+		return 0;
+	if (proto == IPPROTO_TCP && hook_enabled(HOOK_TCP_SOCK_READ))
+		tcp_read(sk, ret);
+	else if (proto == IPPROTO_UDP && hook_enabled(HOOK_UDP_SOCK_READ) && !(flags & MSG_PEEK))
+		udp_read(sk, ret);
+	return 0;
+}
+
+/* ---- fentry/fexit backend: netstacklat's attachment points ---- */
+
+/* ip-start, tcp-start, udp-start: the skb entering IP, TCP or UDP. */
+#define FENTRY_SKB(func, hook)                                                  \
+	SEC("fentry/" #func)                                                    \
+	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
+	{                                                                       \
+		if (hook_on(hook, BACKEND_FENTRY) && netns_allowed(skb_netns(skb))) \
+			record_skb(hook, skb, NULL);                            \
+		return 0;                                                       \
+	}
+
+FENTRY_SKB(ip_rcv_core, HOOK_IP_START)
+FENTRY_SKB(ip6_rcv_core, HOOK_IP_START)
+FENTRY_SKB(tcp_v4_rcv, HOOK_TCP_START)
+FENTRY_SKB(tcp_v6_rcv, HOOK_TCP_START)
+FENTRY_SKB(udp_rcv, HOOK_UDP_START)
+FENTRY_SKB(udpv6_rcv, HOOK_UDP_START)
+
+SEC("fexit/tcp_queue_rcv")
+int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
+{
+	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk);
+	return 0;
+}
+
+SEC("fexit/__udp_enqueue_schedule_skb")
+int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *skb, int ret)
+{
+	/* non-zero: dropped (receive buffer full, memory pressure) */
+	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) &&
+	    netns_allowed(sk_netns(sk)))
+		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk);
+	return 0;
+}
+
+/* tcp_recvmsg reports the newest RX stamp it copied (tss->ts[0]) here,
+ * after the read, whenever one of the skbs read carried a stamp. */
+SEC("fentry/tcp_recv_timestamp")
+int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_timestamping_internal *tss)
+{
+	struct stamp s = {};
+
+	if (!hook_on(HOOK_TCP_SOCK_READ, BACKEND_FENTRY))
+		return 0;
+	if (bpf_core_field_size(tss->ts) == 3 * sizeof(ktime_t)) {
+		struct scm_timestamping_internal___ktime *ns = (void *)tss;
+
+		s.tstamp = ns->ts[0];
+	} else {
+		s.tstamp = tss->ts[0].tv_sec * 1000000000LL + tss->ts[0].tv_nsec;
+	}
+	if (read_ifindex)
+		s.ifindex = sk_rx_ifindex(sk);
+	if (s.tstamp <= 0)
+		s.skip = REASON_NO_STAMP;
+	record_tcp_read(sk, &s);
+	return 0;
+}
+
+/* udp_recvmsg/udpv6_recvmsg hand the datagram just read to skb_consume_udp. */
+SEC("fentry/skb_consume_udp")
+int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int len)
+{
+	struct stamp s;
+
+	/* MSG_PEEK passes the length negated: the datagram stays queued */
+	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
+		return 0;
+	read_stamp(skb, &s);
+	record_read(HOOK_UDP_SOCK_READ, sk, &s);
+	return 0;
+}
