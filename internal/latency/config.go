@@ -103,20 +103,20 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 }
 
 // fillFilters puts the filter values into the loaded maps.
-func fillFilters(maps map[string]*ebpf.Map, cfg Config) error {
+func fillFilters(maps *latencyMaps, cfg Config) error {
 	one := uint8(1)
 	for _, pid := range cfg.PIDs {
-		if err := maps[latencyMapPidFilter].Put(pid, one); err != nil {
+		if err := maps.PidFilter.Put(pid, one); err != nil {
 			return fmt.Errorf("pid filter: %w", err)
 		}
 	}
 	for _, idx := range cfg.Ifindexes {
-		if err := maps[latencyMapIfindexFilter].Put(idx, one); err != nil {
+		if err := maps.IfindexFilter.Put(idx, one); err != nil {
 			return fmt.Errorf("interface filter: %w", err)
 		}
 	}
 	for _, id := range cfg.Cgroups {
-		if err := maps[latencyMapCgroupFilter].Put(id, one); err != nil {
+		if err := maps.CgroupFilter.Put(id, one); err != nil {
 			return fmt.Errorf("cgroup filter: %w", err)
 		}
 	}
