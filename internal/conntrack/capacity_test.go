@@ -240,9 +240,9 @@ func TestMassClose(t *testing.T) {
 // skippedStateRuns is how many runs of conns_tcp_state the kernel skipped.
 func skippedStateRuns(t *testing.T, tr *Tracker) uint64 {
 	t.Helper()
-	for _, a := range tr.attached {
-		if a.name == connsProgConnsTcpState {
-			s, err := a.prog.Stats()
+	for _, a := range tr.engine.Attached() {
+		if a.Name == connsProgConnsTcpState {
+			s, err := a.Program.Stats()
 			if err != nil {
 				t.Fatal(err)
 			}

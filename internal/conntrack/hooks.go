@@ -4,43 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
+	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// hook is one attachment point the tracker needs, with the ways to
-// implement it in preference order. Every hook has one implementation that
-// exists wherever either latency backend works (tracepoints, iterators and
-// cgroup programs, 5.10+), so --backend does not apply to connection
-// tracking.
-type hook struct {
-	name       string
-	optional   bool // a kernel without it still tracks connections, knowing less
-	candidates []candidate
-}
-
-// candidate is one way to implement a hook: attach loads its program(s)
-// against the tracker's maps and attaches them, or leaves nothing behind.
-type candidate struct {
-	backend features.Backend
-	attach  func(*Tracker) error
-}
-
-var hooks = []hook{
-	// The spare applies the state changes whose conns_tcp_state run the
-	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
+// hooks is every attachment point the tracker needs. Every hook has one
+// implementation that exists wherever either latency backend works
+// (tracepoints, iterators and cgroup programs, 5.10+), so --backend does not
+// apply to connection tracking. A hook's name says its protocol: --tcp
+// attaches nothing for UDP (whose cgroup_skb programs would see every
+// packet), --udp nothing for TCP. An optional hook's absence leaves the
+// tracker working, knowing less.
+var hooks = []attach.Hook{
 	// Accepted sockets are looked up at accept()'s exit: attached before
 	// tcp-state, so that every socket tracked from its birth is also seen
 	// accepted. Optional: the syscalls' tracepoints need tracefs, which
@@ -49,27 +31,45 @@ var hooks = []hook{
 	// A syscall tracepoint slows every syscall on the host (docs/CONNECTIONS.md);
 	// fexit/inet_accept would not, but on 7.2 it left accepted sockets
 	// with their listener's owner (TestAcceptedByAnotherProcess).
-	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
-		"sys_exit_accept4": connsProgConnsAccept4, "sys_exit_accept": connsProgConnsAccept})}},
-	{"tcp-state", false, []candidate{tracing(connsProgConnsTcpState, connsProgConnsTcpStateSpare)}},
+	{Name: "tcp-accept", Optional: true, Backends: []attach.Backend{{Backend: features.Tracepoint, Gate: beforeBatching,
+		Programs: []attach.Program{
+			{Name: connsProgConnsAccept, Kind: attach.Tracepoint, Target: "syscalls:sys_exit_accept"},
+			{Name: connsProgConnsAccept4, Kind: attach.Tracepoint, Target: "syscalls:sys_exit_accept4"}}}}},
+	// The spare applies the state changes whose conns_tcp_state run the
+	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
+	{Name: "tcp-state", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
+		{Name: connsProgConnsTcpState, Kind: attach.Tracing},
+		{Name: connsProgConnsTcpStateSpare, Kind: attach.Tracing}}}}},
 	// A closed socket is reported when it is destroyed: until then its
 	// application may still read what is queued. The same pairing.
-	{"tcp-destroy", false, []candidate{tracing(connsProgConnsTcpDestroy, connsProgConnsTcpDestroySpare)}},
-	// Optional: not used before 6.11 (see iteratorHazard); counters are
-	// then read at state changes only.
-	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
-	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
-	{"udp-owner", false, []candidate{cgroupProgram(connsProgConnsUdpOwner, ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", false, []candidate{cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", false, []candidate{cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
+	{Name: "tcp-destroy", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
+		{Name: connsProgConnsTcpDestroy, Kind: attach.Tracing},
+		{Name: connsProgConnsTcpDestroySpare, Kind: attach.Tracing}}}}},
+	// The iterators over a network namespace's TCP sockets (refreshProgram,
+	// adoptProgram). Optional: not used before 6.11 (see iteratorHazard);
+	// counters are then read at state changes only.
+	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
+		Programs: []attach.Program{{Name: connsProgConnsRefresh, Kind: attach.Iterator}}}}},
+	{Name: "tcp-adopt", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
+		Programs: []attach.Program{{Name: connsProgConnsAdopt, Kind: attach.Iterator}}}}},
+	// On the root of the cgroup v2 hierarchy, which every socket on the
+	// host belongs to (directly or below).
+	{Name: "udp-owner", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
+		{Name: connsProgConnsUdpOwner, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetSockCreate}}}}},
+	{Name: "udp-ingress", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
+		{Name: connsProgConnsUdpIngress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetIngress}}}}},
+	{Name: "udp-egress", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
+		{Name: connsProgConnsUdpEgress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetEgress}}}}},
 	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
 	// without it drops stay in bytes_in and drops_in is 0.
-	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
+	{Name: "udp-drops", Optional: true, Backends: []attach.Backend{{Backend: features.Tracepoint,
+		Gate:     attach.TracepointArgs("udp_fail_queue_rcv_skb", 3, "6.10"),
+		Programs: []attach.Program{{Name: connsProgConnsUdpDrop, Kind: attach.Tracing}}}}},
 }
 
-// The iterators over a network namespace's TCP sockets: user space runs
-// conns_refresh in every namespace with tracked sockets once per refresh,
-// and conns_adopt in every namespace at start-up.
+// The iterators user space reads: conns_refresh in every namespace with
+// tracked sockets once per refresh, conns_adopt in every namespace at
+// start-up.
 const (
 	refreshProgram = connsProgConnsRefresh
 	adoptProgram   = connsProgConnsAdopt
@@ -88,127 +88,6 @@ const (
 // program's count of skipped runs less the spares' applied ones tells.
 func spare(program string) bool { return strings.HasSuffix(program, "_spare") }
 
-// tracing is one or more tp_btf programs of the tracepoint backend, attached
-// in this order: a tracepoint calls its programs in the order they attached.
-func tracing(programs ...string) candidate {
-	return candidate{features.Tracepoint, func(t *Tracker) error {
-		for _, program := range programs {
-			err := t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
-				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}}
-}
-
-// needsArgs is c where tracepoint tp has at least n arguments.
-func needsArgs(tp string, n int, c candidate) candidate {
-	attach := c.attach
-	c.attach = func(t *Tracker) error {
-		have, err := tracepointArgs(tp)
-		if err != nil {
-			return err
-		}
-		if have < n {
-			return fmt.Errorf("tracepoint %s has %d arguments here, %d since 6.10", tp, have, n)
-		}
-		return attach(t)
-	}
-	return c
-}
-
-// tracepointArgs is the number of arguments of a raw tracepoint, from the
-// kernel's BTF (btf_trace_<name>: a pointer to a function whose first
-// parameter is the context, not an argument).
-func tracepointArgs(tp string) (int, error) {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return 0, fmt.Errorf("kernel BTF: %w", err)
-	}
-	var td *btf.Typedef
-	if err := spec.TypeByName("btf_trace_"+tp, &td); err != nil {
-		return 0, fmt.Errorf("tracepoint %s in kernel BTF: %w", tp, err)
-	}
-	ptr, ok := td.Type.(*btf.Pointer)
-	if !ok {
-		return 0, fmt.Errorf("btf_trace_%s is not a function pointer", tp)
-	}
-	proto, ok := ptr.Target.(*btf.FuncProto)
-	if !ok || len(proto.Params) == 0 {
-		return 0, fmt.Errorf("btf_trace_%s is not a function pointer", tp)
-	}
-	return len(proto.Params) - 1, nil
-}
-
-// cgroupProgram attaches to the root of the cgroup v2 hierarchy, which
-// every socket on the host belongs to (directly or below).
-func cgroupProgram(program string, at ebpf.AttachType) candidate {
-	return candidate{cgroupPath, func(t *Tracker) error {
-		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
-			root, err := cgroup.Root()
-			if err != nil {
-				return nil, err
-			}
-			return link.AttachCgroup(link.CgroupOptions{Path: root, Attach: at, Program: p})
-		})
-	}}
-}
-
-// syscallExit attaches programs (by tracepoint name) to the syscalls'
-// exit tracepoints, all or none. Their IDs are in tracefs, which is
-// mounted where it is not yet.
-func syscallExit(programs map[string]string) candidate {
-	return candidate{features.Tracepoint, func(t *Tracker) error {
-		if err := beforeBatching(); err != nil {
-			return err
-		}
-		if err := mountTracefs(); err != nil {
-			return err
-		}
-		for _, tp := range slices.Sorted(maps.Keys(programs)) {
-			err := t.attach(programs[tp], "", func(p *ebpf.Program) (link.Link, error) {
-				return link.Tracepoint("syscalls", tp, p, nil)
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}}
-}
-
-// iterator makes a BPF iterator link; reading it (readIterator) runs the
-// program.
-func iterator(program string) candidate {
-	return candidate{iteratorPath, func(t *Tracker) error {
-		if err := iteratorHazard(); err != nil {
-			return err
-		}
-		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
-			return link.AttachIter(link.IterOptions{Program: p})
-		})
-	}}
-}
-
-const tracefs = "/sys/kernel/tracing"
-
-func mountTracefs() error {
-	_, err := os.Stat(tracefs + "/events")
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("tracefs: %w (only root may read it)", err)
-	}
-	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("mounting tracefs on %s: %w", tracefs, err)
-	}
-	return nil
-}
-
 // beforeBatching says why a hook is not used on kernels older than 5.15, or
 // nil. On the 5.10 guest a tracker opened while 200 connections a second
 // came and went locked up both CPUs (soft lockups, RCU stalls) in three of
@@ -219,9 +98,9 @@ func mountTracefs() error {
 // socket lock. struct bpf_tcp_iter_state (5.15, the batching iterator)
 // tells the kernels apart; 5.11-5.14 are untested.
 var beforeBatching = sync.OnceValue(func() error {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := attach.KernelTypes()
 	if err != nil {
-		return fmt.Errorf("kernel BTF: %w", err)
+		return err
 	}
 	if _, err := spec.AnyTypeByName("bpf_tcp_iter_state"); err != nil {
 		return errors.New("not used before 5.15: with it the 5.10 kernel locked up under connection churn")
@@ -245,9 +124,9 @@ var iteratorHazard = sync.OnceValue(func() error {
 	if err := beforeBatching(); err != nil {
 		return err
 	}
-	spec, err := btf.LoadKernelSpec()
+	spec, err := attach.KernelTypes()
 	if err != nil {
-		return fmt.Errorf("kernel BTF: %w", err)
+		return err
 	}
 	if _, err := spec.AnyTypeByName("inet_twsk_hashdance_schedule"); err != nil {
 		return errors.New("not used before 6.11: there the TCP iterator can take a reference on a socket entering TIME_WAIT " +
@@ -255,17 +134,6 @@ var iteratorHazard = sync.OnceValue(func() error {
 	}
 	return nil
 })
-
-// iterator returns an attached iterator's link, or nil when it is not
-// attached (--udp tracks no TCP).
-func (t *Tracker) iterator(program string) *link.Iter {
-	for _, a := range t.attached {
-		if it, ok := a.link.(*link.Iter); ok && a.name == program {
-			return it
-		}
-	}
-	return nil
-}
 
 // readIterator opens an iterator in the calling thread's network namespace
 // (the one the iterator walks, for iter/tcp) and reads it to its end.
@@ -287,20 +155,12 @@ func readIterator(it *link.Iter) error {
 func (t *Tracker) attachHooks() error {
 	var failed []error
 	tcp, udp := t.cfg.Filter.Protocols()
-	for _, h := range hooks {
-		// Hook names say their protocol: --tcp attaches nothing for UDP
-		// (whose cgroup_skb programs would see every packet), --udp
-		// nothing for TCP.
-		if !tcp && strings.HasPrefix(h.name, "tcp-") || !udp && strings.HasPrefix(h.name, "udp-") {
+	for i := range hooks {
+		h := &hooks[i]
+		if !tcp && strings.HasPrefix(h.Name, "tcp-") || !udp && strings.HasPrefix(h.Name, "udp-") {
 			continue
 		}
-		cands := make([]features.Candidate, len(h.candidates))
-		for i, c := range h.candidates {
-			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attachAll(c) }}
-		}
-		choice, err := features.Choose(h.name, features.Auto, cands...)
-		t.choices = append(t.choices, choice)
-		if err != nil && !h.optional {
+		if _, err := t.engine.Attach(h, features.Auto); err != nil && !h.Optional {
 			failed = append(failed, err)
 		}
 	}
@@ -313,62 +173,6 @@ func (t *Tracker) attachHooks() error {
 	}
 	return fmt.Errorf("connection tracking: %w%s; `stacktop doctor` shows what this kernel allows",
 		failed[0], more)
-}
-
-// attachAll runs a candidate and, when it fails part way, detaches what it
-// attached, so that a refused candidate leaves nothing behind.
-func (t *Tracker) attachAll(c candidate) error {
-	attached := len(t.attached)
-	err := c.attach(t)
-	if err == nil {
-		return nil
-	}
-	for _, a := range t.attached[attached:] {
-		err = errors.Join(err, a.close())
-	}
-	t.attached = t.attached[:attached]
-	return err
-}
-
-// attach loads one program against the tracker's shared maps (for the
-// kernel function attachTo, when not empty) and attaches it.
-func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (link.Link, error)) error {
-	spec := t.spec.Copy()
-	for name, p := range spec.Programs {
-		if name != program {
-			delete(spec.Programs, name)
-		} else if attachTo != "" {
-			p.AttachTo = attachTo
-		}
-	}
-	what := program
-	if attachTo != "" {
-		what += " on " + attachTo
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: t.maps})
-	if err != nil {
-		return fmt.Errorf("load %s: %w", what, err)
-	}
-	prog := coll.DetachProgram(program)
-	coll.Close()
-	l, err := attach(prog)
-	if err != nil {
-		prog.Close()
-		return fmt.Errorf("attach %s: %w", what, err)
-	}
-	t.attached = append(t.attached, attachment{program, prog, l})
-	return nil
-}
-
-// attachment is one attached program.
-type attachment struct {
-	name string
-	prog *ebpf.Program
-	link link.Link
-}
-
-func (a attachment) close() error {
-	return errors.Join(a.link.Close(), a.prog.Close())
 }
 
 // tracingCookie reports whether tracing programs may call

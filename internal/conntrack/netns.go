@@ -25,7 +25,7 @@ type namespaceSet struct {
 // no longer be found has no socket left to refresh; the handle of one that
 // has no entry left is closed, so that it can go away.
 func (t *Tracker) refreshCounters() error {
-	it := t.iterator(refreshProgram)
+	it := t.engine.Iterator(refreshProgram)
 	if it == nil {
 		return nil
 	}

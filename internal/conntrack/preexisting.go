@@ -130,7 +130,7 @@ func namespaces() map[uint32]string {
 // entry in the kernel's table, so that its counters are refreshed like
 // those of the others (conns_adopt, in every namespace).
 func (t *Tracker) adoptPreexisting() error {
-	it := t.iterator(adoptProgram)
+	it := t.engine.Iterator(adoptProgram)
 	if it == nil {
 		return nil
 	}
