@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // Network namespace selections besides an inode number (netstacklat's -n).
@@ -42,6 +43,27 @@ type Config struct {
 	SlowLimit uint32
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
+}
+
+// Select applies a selection (-p, -c, -i, -n): the reading processes and
+// cgroups, the interfaces by index and the namespaces, as the kernel filters
+// them.
+func (c *Config) Select(sel selector.Selection) {
+	c.PIDs, c.Ifindexes, c.Cgroups = sel.PIDs, nil, nil
+	for _, ifc := range sel.Interfaces {
+		c.Ifindexes = append(c.Ifindexes, uint32(ifc.Index))
+	}
+	for _, cg := range sel.Cgroups {
+		c.Cgroups = append(c.Cgroups, cg.ID)
+	}
+	switch {
+	case sel.Netns.All:
+		c.Netns = AllNetns
+	case sel.Netns.Own:
+		c.Netns = OwnNetns
+	default:
+		c.Netns = int64(sel.Netns.Inode)
+	}
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
