@@ -286,7 +286,7 @@ func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 	t.Run("new namespace", func(t *testing.T) {
 		c := testenv.NewPeer(t, "stl-nsnew", 8)
 		inode = c.Inode()
-		waitUntil(t, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
+		testenv.Until(t, 3*maintainEvery, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
 		waitForStampsIn(t, tr, c)
 		before := totals(t, tr)
 		c.UDPToPeer(t, 5)
@@ -295,24 +295,13 @@ func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 		}
 	})
 	if tr.usesNetfilter() {
-		waitUntil(t, "netfilter links released after the namespace was deleted", func() bool { return !tr.attachedIn(inode) })
+		testenv.Until(t, 3*maintainEvery, "netfilter links released after the namespace was deleted", func() bool { return !tr.attachedIn(inode) })
 	}
 }
 
 // usesNetfilter reports whether any hook is served by a netfilter program.
 func (t *Tracer) usesNetfilter() bool {
 	return slices.ContainsFunc(t.engine.Attached(), func(a attach.Attached) bool { return a.Kind == attach.Netfilter })
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * maintainEvery)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestCgroupFilterAndGrouping: a child process in a cgroup of its own reads
