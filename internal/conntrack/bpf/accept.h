@@ -36,24 +36,6 @@ struct task_struct___conns {
 
 #pragma clang attribute pop
 
-
-/*
- * conns_adopt is conns_refresh for start-up: every full socket that has no
- * entry yet gets a partial one, so that connections that existed before
- * stacktop are refreshed like the others.
- */
-SEC("iter/tcp")
-int conns_adopt(struct bpf_iter__tcp *ctx)
-{
-	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
-	if (!tp)
-		return 0;
-	struct sock *sk = (void *)tp;
-	bool created = false;
-	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
-	return 0;
-}
-
 /* The syscalls' exit tracepoints, as tracefs describes them. */
 struct sys_exit_args {
 	u64 common;

@@ -104,6 +104,23 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 	refresh(c, tp, sk->__sk_common.skc_state);
 	return 0;
 }
+
+/*
+ * conns_adopt is conns_refresh for start-up: every full socket that has no
+ * entry yet gets a partial one, so that connections that existed before
+ * stacktop are refreshed like the others.
+ */
+SEC("iter/tcp")
+int conns_adopt(struct bpf_iter__tcp *ctx)
+{
+	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
+	if (!tp)
+		return 0;
+	struct sock *sk = (void *)tp;
+	bool created = false;
+	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
+	return 0;
+}
 SEC("tracepoint/syscalls/sys_exit_accept4")
 int conns_accept4(struct sys_exit_args *ctx)
 {
