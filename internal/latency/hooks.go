@@ -47,73 +47,81 @@ var Hooks = func() []Hook {
 // Programs shared by several hooks: each attaches once, whichever of its
 // hooks comes first, and serves the others too.
 var (
-	nfL4Start = attach.Program{Name: latencyProgNfL4Start, Kind: attach.Netfilter,
-		Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetLocalIn, Priority: attach.NetfilterLast}, RunsPer: "packet delivered locally"}
-	tpSkDataReady    = attach.Program{Name: latencyProgTpSkDataReady, Kind: attach.Tracing, RunsPer: "socket wakeup"}
-	tpSockRecvLength = attach.Program{Name: latencyProgTpSockRecvLength, Kind: attach.Tracing, RunsPer: "read"}
+	nfL4Start = attach.Program{Name: latencyProgNfL4Start, Kind: attach.Netfilter, RunsPer: "packet delivered locally",
+		Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetLocalIn, Priority: attach.NetfilterLast}}
+	tpSkDataReady    = tracing(latencyProgTpSkDataReady, "socket wakeup")
+	tpSockRecvLength = tracing(latencyProgTpSockRecvLength, "read")
 )
 
 // table is every hook: its name, what a sample means, and its programs per
 // backend, fentry first (netstacklat's own attachment points, and cheaper
 // per packet), then the tracepoint backend (netfilter and tp_btf). Netfilter
 // programs go as early as possible in PRE_ROUTING (ip-start) and as late as
-// possible in LOCAL_IN (tcp/udp-start). An Optional program is an IPv6 half:
-// on a kernel without IPv6 (or with the function inlined away) the hook
-// still sees IPv4. TestHooksNamed fails when the C gains a hook without an
-// entry here.
+// possible in LOCAL_IN (tcp/udp-start). TestHooksNamed fails when the C
+// gains a hook without an entry here, TestEveryProgramIsPlanned when a
+// program serves none.
 var table = [numHooks]attach.Hook{
 	latencyHookHOOK_IP_START: {Name: "ip-start", Description: "packet has reached the IP layer, i.e. past traffic control",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFentryIpRcvCore, Kind: attach.Tracing, RunsPer: "IPv4 packet"},
-				{Name: latencyProgFentryIp6RcvCore, Kind: attach.Tracing, Optional: true, RunsPer: "IPv6 packet"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{
-				{Name: latencyProgNfIpStart, Kind: attach.Netfilter, RunsPer: "packet",
-					Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetPreRouting, Priority: attach.NetfilterFirst}}}},
+			fentry(tracing(latencyProgFentryIpRcvCore, "IPv4 packet"), ipv6(tracing(latencyProgFentryIp6RcvCore, "IPv6 packet"))),
+			tracepoint(attach.Program{Name: latencyProgNfIpStart, Kind: attach.Netfilter, RunsPer: "packet",
+				Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetPreRouting, Priority: attach.NetfilterFirst}}),
 		}},
 	latencyHookHOOK_TCP_START: {Name: "tcp-start", Description: "packet has reached the local TCP layer, i.e. past IP (routing, netfilter)",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFentryTcpV4Rcv, Kind: attach.Tracing, RunsPer: "IPv4 TCP segment"},
-				{Name: latencyProgFentryTcpV6Rcv, Kind: attach.Tracing, Optional: true, RunsPer: "IPv6 TCP segment"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{nfL4Start}},
+			fentry(tracing(latencyProgFentryTcpV4Rcv, "IPv4 TCP segment"), ipv6(tracing(latencyProgFentryTcpV6Rcv, "IPv6 TCP segment"))),
+			tracepoint(nfL4Start),
 		}},
 	latencyHookHOOK_UDP_START: {Name: "udp-start", Description: "packet has reached the local UDP layer, i.e. past IP (routing, netfilter)",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFentryUdpRcv, Kind: attach.Tracing, RunsPer: "IPv4 UDP datagram"},
-				{Name: latencyProgFentryUdpv6Rcv, Kind: attach.Tracing, Optional: true, RunsPer: "IPv6 UDP datagram"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{nfL4Start}},
+			fentry(tracing(latencyProgFentryUdpRcv, "IPv4 UDP datagram"), ipv6(tracing(latencyProgFentryUdpv6Rcv, "IPv6 UDP datagram"))),
+			tracepoint(nfL4Start),
 		}},
 	latencyHookHOOK_TCP_SOCK_ENQUEUED: {Name: "tcp-socket-enqueued",
 		Description: "packet has been enqueued to a TCP socket, i.e. end of the kernel receive stack",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFexitTcpQueueRcv, Kind: attach.Tracing, RunsPer: "TCP segment queued"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{tpSkDataReady}},
+			fentry(tracing(latencyProgFexitTcpQueueRcv, "TCP segment queued")),
+			tracepoint(tpSkDataReady),
 		}},
 	latencyHookHOOK_UDP_SOCK_ENQUEUED: {Name: "udp-socket-enqueued",
 		Description: "packet has been enqueued to a UDP socket, i.e. end of the kernel receive stack",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFexitUdpEnqueueScheduleSkb, Kind: attach.Tracing, RunsPer: "UDP datagram queued"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{tpSkDataReady}},
+			fentry(tracing(latencyProgFexitUdpEnqueueScheduleSkb, "UDP datagram queued")),
+			tracepoint(tpSkDataReady),
 		}},
 	latencyHookHOOK_TCP_SOCK_READ: {Name: "tcp-socket-read",
 		Description: "packet payload has been read from a TCP socket, i.e. delivered to user space",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFentryTcpRecvTimestamp, Kind: attach.Tracing, RunsPer: "stamped TCP read"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{
-				{Name: latencyProgTpSkbCopyDatagramIovec, Kind: attach.Tracing, RunsPer: "skb read"}, tpSockRecvLength}},
+			fentry(tracing(latencyProgFentryTcpRecvTimestamp, "stamped TCP read")),
+			tracepoint(tracing(latencyProgTpSkbCopyDatagramIovec, "skb read"), tpSockRecvLength),
 		}},
 	latencyHookHOOK_UDP_SOCK_READ: {Name: "udp-socket-read",
 		Description: "packet payload has been read from a UDP socket, i.e. delivered to user space",
 		Backends: []attach.Backend{
-			{Backend: features.FentryBE, Programs: []attach.Program{
-				{Name: latencyProgFentrySkbConsumeUdp, Kind: attach.Tracing, RunsPer: "UDP read"}}},
-			{Backend: features.Tracepoint, Programs: []attach.Program{tpSkDataReady, tpSockRecvLength}},
+			fentry(tracing(latencyProgFentrySkbConsumeUdp, "UDP read")),
+			tracepoint(tpSkDataReady, tpSockRecvLength),
 		}},
+}
+
+// tracing is a fentry, fexit or tp_btf program, attached where its section
+// says, that runs once per runsPer (what -l shows).
+func tracing(name, runsPer string) attach.Program {
+	return attach.Program{Name: name, Kind: attach.Tracing, RunsPer: runsPer}
+}
+
+// ipv6 marks a hook's IPv6 half: on a kernel without IPv6 (or with the
+// function inlined away) the hook still sees IPv4.
+func ipv6(p attach.Program) attach.Program {
+	p.Optional = true
+	return p
+}
+
+func fentry(programs ...attach.Program) attach.Backend {
+	return attach.Backend{Backend: features.FentryBE, Programs: programs}
+}
+
+func tracepoint(programs ...attach.Program) attach.Backend {
+	return attach.Backend{Backend: features.Tracepoint, Programs: programs}
 }
 
 func (h Hook) String() string {
