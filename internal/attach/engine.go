@@ -132,7 +132,7 @@ func (e *Engine) attachBackend(h *Hook, b *Backend) error {
 	before := len(e.attached)
 	have := 0 // programs of b attached, by this call or before
 	for _, p := range b.Programs {
-		if e.find(p.Name) != nil {
+		if e.find(p.Name, p.Target) != nil {
 			have++
 			continue
 		}
@@ -154,9 +154,12 @@ func (e *Engine) attachBackend(h *Hook, b *Backend) error {
 	return nil
 }
 
-func (e *Engine) find(name string) *attachment {
+// find returns the attachment of the program with this name at this
+// target: a program retargeted at run time (Program.Target) is attached
+// once per target.
+func (e *Engine) find(name, target string) *attachment {
 	for _, a := range e.attached {
-		if a.Name == name {
+		if a.Name == name && a.Target == target {
 			return a
 		}
 	}
@@ -237,6 +240,7 @@ func (e *Engine) load(p Program) (*ebpf.Program, error) {
 // Attached is one attached program, for statistics and tests.
 type Attached struct {
 	Name    string
+	Target  string // Program.Target
 	Kind    Kind
 	Program *ebpf.Program // the engine's: do not close it
 	Netns   []uint64      // Kind Netfilter: the namespaces it has links in
@@ -248,7 +252,7 @@ func (e *Engine) Attached() []Attached {
 	defer e.mu.Unlock()
 	out := make([]Attached, len(e.attached))
 	for i, a := range e.attached {
-		out[i] = Attached{Name: a.Name, Kind: a.Kind, Program: a.prog}
+		out[i] = Attached{Name: a.Name, Target: a.Target, Kind: a.Kind, Program: a.prog}
 		if a.nf != nil {
 			out[i].Netns = a.nf.namespaces()
 		}
@@ -261,7 +265,7 @@ func (e *Engine) Attached() []Attached {
 func (e *Engine) Iterator(name string) *link.Iter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if a := e.find(name); a != nil {
+	if a := e.find(name, ""); a != nil {
 		it, _ := a.link.(*link.Iter)
 		return it
 	}

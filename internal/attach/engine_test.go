@@ -146,14 +146,24 @@ func TestGateAndForcedBackend(t *testing.T) {
 
 // TestRuntimeTarget: a program attaches where Target says rather than
 // where its section does — a user-defined probe is a table entry built at
-// run time — and it uses the engine's map, not one of its own.
+// run time — once per target, and it uses the engine's map, not one of
+// its own.
 func TestRuntimeTarget(t *testing.T) {
 	e := load(t)
-	p := tracing(progOther)
-	p.Target = "inet_sock_set_state"
-	h := &Hook{Name: "at", Backends: []Backend{{Backend: features.Tracepoint, Programs: []Program{p}}}}
-	if _, err := e.Attach(h, features.Auto); err != nil {
-		t.Fatalf("Attach: %v", err)
+	for _, target := range []string{"inet_sock_set_state", "sock_exceed_buf_limit", "inet_sock_set_state"} {
+		p := tracing(progOther)
+		p.Target = target
+		h := &Hook{Name: "at " + target, Backends: []Backend{{Backend: features.Tracepoint, Programs: []Program{p}}}}
+		if _, err := e.Attach(h, features.Auto); err != nil {
+			t.Fatalf("Attach: %v", err)
+		}
+	}
+	var targets []string
+	for _, a := range e.Attached() {
+		targets = append(targets, a.Target)
+	}
+	if want := []string{"inet_sock_set_state", "sock_exceed_buf_limit"}; !slices.Equal(targets, want) {
+		t.Errorf("attached at %v, want %v", targets, want)
 	}
 	a := e.Attached()[0]
 	info, err := a.Program.Info()

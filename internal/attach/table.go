@@ -88,7 +88,7 @@ func (k Kind) String() string {
 
 // Program is one BPF program of the object and where it attaches. A
 // program that serves several hooks appears in each of their entries, the
-// same each time, and is attached once.
+// same each time, and is attached once (once per Target).
 type Program struct {
 	Name string // in the object: the generated <obj>Prog… constant
 	Kind Kind
