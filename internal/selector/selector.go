@@ -55,7 +55,8 @@ type Selection struct {
 	Cgroups    []Cgroup
 	Interfaces []Interface
 	Netns      Netns
-	// NetnsDefault: -n was not given, Netns is the command's default.
+	// NetnsDefault: -n was registered but not given, Netns is the
+	// command's default.
 	// Connections are then selected in every namespace (connfilter), even
 	// where the command's default (serve's latency probes) is our own.
 	NetnsDefault bool
@@ -90,8 +91,9 @@ func (s *Specs) Parse() (Selection, error) {
 		}
 		sel.Interfaces = append(sel.Interfaces, ifc)
 	}
-	sel.NetnsDefault = !s.netnsChanged()
-	if s.Netns == "" && sel.NetnsDefault {
+	// Specs filled in by code rather than flags say what they mean.
+	sel.NetnsDefault = s.fs != nil && !s.netnsChanged()
+	if s.Netns == "" && !s.netnsChanged() {
 		sel.Netns = Netns{All: true} // Specs{} selects everything
 		return sel, nil
 	}
