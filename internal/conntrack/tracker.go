@@ -143,7 +143,7 @@ func (t *Tracker) loadMaps() error {
 		return fmt.Errorf("%s: %w", vars.TracingCookie.Name, err)
 	}
 	if t.engine, err = attach.Load(spec, attach.Netns{}); err != nil {
-		return fmt.Errorf("creating connection maps: %w", err)
+		return fmt.Errorf("connection tracking: %w", err)
 	}
 	return t.engine.AssignMaps(&t.objs)
 }
