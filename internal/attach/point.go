@@ -47,7 +47,7 @@ func ParsePoint(spec string) (Point, error) {
 	case strings.HasPrefix(spec, tracepointPrefix):
 		cat, name, ok := strings.Cut(spec[len(tracepointPrefix):], ":")
 		if !ok {
-			return p, errors.New("a tracepoint is tracepoint:CATEGORY:NAME, e.g. tracepoint:net:netif_receive_skb")
+			return p, BadPoint("a tracepoint is tracepoint:CATEGORY:NAME, e.g. tracepoint:net:netif_receive_skb")
 		}
 		// Categories may start with a digit (9p); names are C identifiers.
 		if err := checkName("category", cat, true); err != nil {
@@ -64,22 +64,22 @@ func ParsePoint(spec string) (Point, error) {
 		}
 		return Point{Kind: FunctionPoint, Name: name}, nil
 	}
-	return p, errors.New("must be tracepoint:CATEGORY:NAME or fentry:FUNCTION")
+	return p, BadPoint("must be tracepoint:CATEGORY:NAME or fentry:FUNCTION")
 }
 
 // checkName accepts a C identifier (leading digits too when digitFirst).
 func checkName(what, s string, digitFirst bool) error {
 	if s == "" {
-		return fmt.Errorf("the %s is empty", what)
+		return BadPoint("the %s is empty", what)
 	}
 	if len(s) > maxNameLen {
-		return fmt.Errorf("the %s is longer than the kernel's %d bytes", what, maxNameLen)
+		return BadPoint("the %s is longer than the kernel's %d bytes", what, maxNameLen)
 	}
 	for i, c := range s {
 		letter := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 		digit := c >= '0' && c <= '9'
 		if !letter && (!digit || i == 0 && !digitFirst) {
-			return fmt.Errorf("the %s %q is not a C identifier (letters, digits, _)", what, s)
+			return BadPoint("the %s %q is not a C identifier (letters, digits, _)", what, s)
 		}
 	}
 	return nil
@@ -93,14 +93,24 @@ func (p Point) String() string {
 	return fentryPrefix + p.Name
 }
 
-// ErrNoPoint is wrapped by PointArgs when the kernel has no such point.
-var ErrNoPoint = errors.New("no such point in this kernel")
+// PointError says that a spec names no point of this kernel: malformed,
+// or a point the kernel does not have (or not as named). The user's
+// mistake, where other errors are failures to find out.
+type PointError struct{ Reason string }
+
+func (e *PointError) Error() string { return e.Reason }
+
+// BadPoint returns a *PointError.
+func BadPoint(format string, args ...any) error {
+	return &PointError{Reason: fmt.Sprintf(format, args...)}
+}
 
 // PointArgs returns the arguments a tracing program attached at p reads
 // (its context's ctx[0], ctx[1], …), from the kernel's BTF, then its
 // modules': a function's parameters, or a tracepoint's (its btf_trace_
 // typedef, without the context it passes first). The tracepoint's
-// category is compared with tracefs where tracefs can be read.
+// category is compared with tracefs where tracefs can be read. A
+// *PointError says the kernel has no such point.
 func PointArgs(p Point) ([]btf.FuncParam, error) {
 	var proto *btf.FuncProto
 	var err error
@@ -119,12 +129,11 @@ func PointArgs(p Point) ([]btf.FuncParam, error) {
 	}
 	switch {
 	case errors.Is(err, btf.ErrNotFound) && p.Kind == TracepointPoint:
-		return nil, fmt.Errorf("%w: the kernel's BTF has no tracepoint %s", ErrNoPoint, p.Name)
+		return nil, BadPoint("this kernel has no tracepoint %s (no btf_trace_%[1]s in its BTF)", p.Name)
 	case errors.Is(err, btf.ErrNotFound):
-		return nil, fmt.Errorf("%w: the kernel's BTF has no function %s", ErrNoPoint, p.Name)
+		return nil, BadPoint("this kernel has no function %s in its BTF", p.Name)
 	case errors.Is(err, btf.ErrMultipleMatches):
-		return nil, fmt.Errorf("%w: the kernel has several functions named %s (static ones of different files): fentry cannot tell them apart",
-			ErrNoPoint, p.Name)
+		return nil, BadPoint("this kernel has several functions named %s (static ones of different files): fentry cannot tell them apart", p.Name)
 	case err != nil:
 		return nil, err
 	case proto == nil || p.Kind == TracepointPoint && len(proto.Params) == 0:
@@ -134,7 +143,7 @@ func PointArgs(p Point) ([]btf.FuncParam, error) {
 		return proto.Params, nil
 	}
 	if err := checkCategory(p); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoPoint, err)
+		return nil, err
 	}
 	return proto.Params[1:], nil
 }
@@ -205,7 +214,7 @@ func checkCategory(p Point) error {
 		for i, path := range in {
 			cats[i] = filepath.Base(filepath.Dir(path))
 		}
-		return fmt.Errorf("tracepoint %s is in category %s, not %s", p.Name, strings.Join(cats, ", "), p.Category)
+		return BadPoint("tracepoint %s is in category %s, not %s", p.Name, strings.Join(cats, ", "), p.Category)
 	}
 	return nil
 }

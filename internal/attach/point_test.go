@@ -36,7 +36,8 @@ func TestParsePoint(t *testing.T) {
 		"fentry:" + strings.Repeat("a", 512): "longer than",
 		"Fentry:ip_rcv":                      "must be",
 	} {
-		if p, err := ParsePoint(spec); err == nil || !strings.Contains(err.Error(), why) {
+		var pe *PointError
+		if p, err := ParsePoint(spec); !errors.As(err, &pe) || !strings.Contains(err.Error(), why) {
 			t.Errorf("ParsePoint(%q) = %+v, %v; want an error saying %q", spec, p, err, why)
 		}
 	}
@@ -65,7 +66,7 @@ func FuzzParsePoint(f *testing.F) {
 
 // TestPointArgs: the arguments come from the running kernel's BTF, a
 // tracepoint's without its context; the skb is found by type wherever it
-// is; a point the kernel lacks is ErrNoPoint. Kernel BTF is readable by
+// is; a point the kernel lacks is a PointError. Kernel BTF is readable by
 // anyone: no root needed, except for the category, which only root can
 // compare with tracefs.
 func TestPointArgs(t *testing.T) {
@@ -97,12 +98,13 @@ func TestPointArgs(t *testing.T) {
 		}
 	}
 	for spec, why := range map[string]string{
-		"tracepoint:net:stacktop_no_such_tracepoint": "no tracepoint stacktop_no_such_tracepoint",
-		"fentry:stacktop_no_such_function":           "no function stacktop_no_such_function",
+		"tracepoint:net:stacktop_no_such_tracepoint": "this kernel has no tracepoint stacktop_no_such_tracepoint (no btf_trace_stacktop_no_such_tracepoint in its BTF)",
+		"fentry:stacktop_no_such_function":           "this kernel has no function stacktop_no_such_function in its BTF",
 	} {
 		p, _ := ParsePoint(spec)
-		if _, err := PointArgs(p); !errors.Is(err, ErrNoPoint) || !strings.Contains(err.Error(), why) {
-			t.Errorf("%s: %v, want ErrNoPoint saying %q", spec, err, why)
+		var no *PointError
+		if _, err := PointArgs(p); !errors.As(err, &no) || err.Error() != why {
+			t.Errorf("%s: %v, want a PointError saying %q", spec, err, why)
 		}
 	}
 	if _, err := os.Stat(tracefs + "/events/net"); err != nil {
@@ -110,7 +112,8 @@ func TestPointArgs(t *testing.T) {
 		return
 	}
 	p, _ := ParsePoint("tracepoint:skb:netif_receive_skb")
-	if _, err := PointArgs(p); !errors.Is(err, ErrNoPoint) || !strings.Contains(err.Error(), "is in category net, not skb") {
+	var no *PointError
+	if _, err := PointArgs(p); !errors.As(err, &no) || err.Error() != "tracepoint netif_receive_skb is in category net, not skb" {
 		t.Errorf("%s: %v, want it to name the category net", p, err)
 	}
 }
