@@ -56,40 +56,51 @@ static __always_inline void *at_arg(__u64 *ctx, __s32 i)
 #define TCP_TIME_WAIT 6
 #define TCP_NEW_SYN_RECV 12
 
+/* A full socket, or NULL: early demux may hang a request or timewait
+ * socket on an skb, which lacks the fields a full one has. */
+static __always_inline const struct sock *full_sock(const struct sock *sk)
+{
+	__u8 state;
+
+	if (!sk)
+		return NULL;
+	state = sk->__sk_common.skc_state;
+	return state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV ? NULL : sk;
+}
+
 /*
- * record_at records the skb a point was given. The socket, for the -n
- * filter, -I -n -1 and --slow's connection, is the point's own socket
- * argument, else the one the skb belongs to, if a full socket (early demux
- * may hang a request or timewait socket there, which lacks the fields a
- * full one has); without either, the skb's device names the namespace.
+ * record_at records the skb a point was given. The namespace (-n, -I -n -1)
+ * and --slow's connection come from the point's socket argument if it has
+ * one. Else the namespace is the skb's device's while the skb has one, and
+ * skb->sk is used only where it has not: once a socket took the skb, TCP
+ * and UDP reuse skb->dev (UDP for its scratch) and the loads through it,
+ * fault-safe, read 0. skb->sk is then the receiver's; before IP it may
+ * still be the sender's (over a veth: skb_scrub_packet keeps it, until
+ * ip_rcv_core orphans the skb), which must not name the connection.
  */
 static __always_inline void record_at(__u64 *ctx)
 {
 	struct sk_buff *skb = at_arg(ctx, at_skb_arg);
 	const struct sock *sk = NULL;
+	__u32 inum = 0;
 	struct stamp s;
-	__u8 state;
 
 	if (!skb)
 		return;
 	if (at_sock_arg >= 0) {
 		sk = at_arg(ctx, at_sock_arg);
+		if (netns_inum && sk)
+			inum = sk_netns(sk);
 	} else if (netns_inum || group_by_netns || slow_ns) {
-		sk = skb->sk;
-		if (sk) {
-			state = sk->__sk_common.skc_state;
-			if (state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV)
-				sk = NULL;
+		inum = skb_netns(skb);
+		if (!inum) {
+			sk = full_sock(skb->sk);
+			if (sk)
+				inum = sk_netns(sk);
 		}
 	}
-	if (netns_inum) {
-		if (sk) {
-			if (!netns_allowed(sk_netns(sk)))
-				return;
-		} else if (!netns_allowed(skb_netns(skb))) {
-			return;
-		}
-	}
+	if (!netns_allowed(inum))
+		return;
 	read_stamp(skb, &s);
 	/* skb_iif is set in __netif_receive_skb_core: before it (netif_rx,
 	 * netif_receive_skb, napi_gro_receive_entry) the skb is on its device. */
