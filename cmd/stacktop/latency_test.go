@@ -164,8 +164,14 @@ func stillLoaded(t *testing.T, progs, links map[int]bool) []string {
 // channel.
 func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	backend := requireBackend(t)
-	cmd := exec.Command(testenv.Binary(t), append([]string{"latency", "--backend", backend}, args...)...)
+	return startLatency(t, append([]string{"--backend", requireBackend(t)}, args...)...)
+}
+
+// startLatency starts `stacktop latency args...` as root and returns it with
+// its stdout lines arriving on a channel; it is killed when the test ends.
+func startLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(testenv.Binary(t), append([]string{"latency"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -419,40 +425,26 @@ func TestLatencyAt(t *testing.T) {
 
 	t.Run("records", func(t *testing.T) {
 		p := testenv.NewPeer(t, "stl-atcli", 26)
-		cmd := exec.Command(bin, "latency", "-e", rx, "-i", p.HostIf, "--format", "json", "-r", "100ms")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		records := make(chan latency.Record, 1024)
-		go func() {
-			defer close(records)
-			s := bufio.NewScanner(stdout)
-			for s.Scan() {
-				var r latency.Record
-				if err := json.Unmarshal(s.Bytes(), &r); err != nil {
-					t.Errorf("not a JSON record: %q: %v", s.Text(), err)
-				}
-				records <- r
+		cmd, lines := startLatency(t, "-e", rx, "-i", p.HostIf, "--format", "json", "-r", "100ms")
+		record := func(line string) latency.Record {
+			var r latency.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil || r.Hook != rx {
+				t.Errorf("want only records of %s, got %q (%v)", rx, line, err)
 			}
-		}()
+			return r
+		}
 		// the first record appears once the probe is attached and
 		// stamping is on
 		deadline := time.Now().Add(startTimeout)
-		for len(records) == 0 {
+		for len(lines) == 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("no record within %v", startTimeout)
 			}
 			p.UDPToHost(t, testenv.V4, 1, 50*time.Millisecond)
 		}
 		var first latency.Record
-		for len(records) > 0 {
-			first = <-records
+		for len(lines) > 0 {
+			first = record(<-lines)
 		}
 		const n = 20
 		p.UDPToHost(t, testenv.V4, n, 0)
@@ -461,11 +453,8 @@ func TestLatencyAt(t *testing.T) {
 			t.Fatal(err)
 		}
 		var last latency.Record
-		for r := range records {
-			if r.Hook != rx {
-				t.Errorf("record of %q, want only %s: %+v", r.Hook, rx, r)
-			}
-			last = r
+		for line := range lines {
+			last = record(line)
 		}
 		if err := cmd.Wait(); err != nil {
 			t.Fatal(err)

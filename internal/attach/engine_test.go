@@ -184,24 +184,14 @@ func TestRuntimeTarget(t *testing.T) {
 	if want := []string{"inet_sock_set_state", "sock_exceed_buf_limit"}; !slices.Equal(targets, want) {
 		t.Errorf("attached at %v, want %v", targets, want)
 	}
-	a := e.Attached()[0]
-	info, err := a.Program.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, _ := info.MapIDs()
+	ids := mapsOf(t, e.Attached()[0].Program)
 	var maps struct {
 		Counts *ebpf.Map `ebpf:"counts"`
 	}
 	if err := e.AssignMaps(&maps); err != nil {
 		t.Fatal(err)
 	}
-	mi, err := maps.Counts.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := mi.ID()
-	if !slices.Contains(ids, want) {
+	if want := mapID(t, maps.Counts); !slices.Contains(ids, want) {
 		t.Errorf("program uses maps %v, want the engine's %d among them", ids, want)
 	}
 }
@@ -225,19 +215,11 @@ func TestRuntimeConstants(t *testing.T) {
 	if err := e.AssignMaps(&shared); err != nil {
 		t.Fatal(err)
 	}
-	sharedInfo, err := shared.Rodata.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sharedID, _ := sharedInfo.ID()
+	sharedID := mapID(t, shared.Rodata)
 	var got []string
 	for _, a := range e.Attached() {
 		m := rodataOf(t, a.Program)
-		info, err := m.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := info.ID()
+		id := mapID(t, m)
 		var value uint64
 		if err := m.Lookup(uint32(0), &value); err != nil {
 			t.Fatal(err)
@@ -249,14 +231,32 @@ func TestRuntimeConstants(t *testing.T) {
 	}
 }
 
-// rodataOf opens the .rodata map program p uses.
-func rodataOf(t *testing.T, p *ebpf.Program) *ebpf.Map {
+// mapsOf returns the ids of the maps program p uses.
+func mapsOf(t *testing.T, p *ebpf.Program) []ebpf.MapID {
 	t.Helper()
 	info, err := p.Info()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids, _ := info.MapIDs()
+	return ids
+}
+
+// mapID returns the kernel's id of map m.
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
+}
+
+// rodataOf opens the .rodata map program p uses.
+func rodataOf(t *testing.T, p *ebpf.Program) *ebpf.Map {
+	t.Helper()
+	ids := mapsOf(t, p)
 	for _, id := range ids {
 		m, err := ebpf.NewMapFromID(id)
 		if err != nil {
