@@ -133,7 +133,7 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
 	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
 	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint (of the built-in probes)")
-	fs.StringArrayVar(&f.at, "at", nil, fmt.Sprintf("also measure at this tracepoint:CATEGORY:NAME or fentry:FUNCTION taking an skb (repeatable, at most %d)", latency.MaxAt))
+	fs.StringArrayVar(&f.at, "at", nil, fmt.Sprintf("also measure at `SPEC`, tracepoint:CATEGORY:NAME or fentry:FUNCTION, a point taking an skb (repeatable, at most %d)", latency.MaxAt))
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if n, ok := netstacklatNames[name]; ok {
 			name = n
