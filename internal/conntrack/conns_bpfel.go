@@ -101,9 +101,8 @@ const (
 	connsMapNetnsNew              = "netns_new"
 	connsMapOwners                = "owners"
 	connsMapStateMarks            = "state_marks"
-	connsProgConnsAccept          = "conns_accept"
-	connsProgConnsAccept4         = "conns_accept4"
 	connsProgConnsAdopt           = "conns_adopt"
+	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
@@ -158,9 +157,8 @@ type connsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
-	ConnsAccept          *ebpf.ProgramSpec `ebpf:"conns_accept"`
-	ConnsAccept4         *ebpf.ProgramSpec `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
+	ConnsOwners          *ebpf.ProgramSpec `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
@@ -247,9 +245,8 @@ type connsVariables struct {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
-	ConnsAccept          *ebpf.Program `ebpf:"conns_accept"`
-	ConnsAccept4         *ebpf.Program `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
+	ConnsOwners          *ebpf.Program `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
@@ -263,9 +260,8 @@ type connsPrograms struct {
 
 func (p *connsPrograms) Close() error {
 	return _ConnsClose(
-		p.ConnsAccept,
-		p.ConnsAccept4,
 		p.ConnsAdopt,
+		p.ConnsOwners,
 		p.ConnsRefresh,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,

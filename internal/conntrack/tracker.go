@@ -261,6 +261,9 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
 	}
+	if err := t.ownAccepted(s.cookies, s.conns); err != nil {
+		return snap, err
+	}
 	t.netns.keep(s.conns)
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err

@@ -21,9 +21,10 @@
  *
  * Owners (pid, comm, cgroup, netns) are taken only in process context and
  * kept with the socket: connect() and listen() (state changes in the
- * caller), the exit of accept()/accept4() for accepted sockets, socket()
- * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
- * softirq-side cgroup_skb programs read). The current task in softirq is
+ * caller), the process holding the file for accepted sockets
+ * (conns_owners, an iterator over open files), socket() for UDP sockets
+ * (cgroup/sock_create, into the `owners` LRU map that the softirq-side
+ * cgroup_skb programs read). The current task in softirq is
  * whoever was interrupted and is never used.
  */
 #include "conns.h"
@@ -121,21 +122,29 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
 	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
 	return 0;
 }
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int conns_accept4(struct sys_exit_args *ctx)
+/*
+ * conns_owners gives accepted sockets the owner of the process that holds
+ * them (a pre-forked worker, not the listener's creator): an iterator over
+ * every task's open files, which user space runs at a refresh that shows
+ * accepted sockets still without an owner of their own. It replaced the
+ * accept syscalls' exit tracepoints, which with any program attached send
+ * every syscall of every task on the host through the slow path (about 50
+ * ns each here). The file table is the process's, not the accepting
+ * thread's: comm is the process's (its main thread's), as at a close
+ * (set_process_owner). A socket held by several processes (forked after
+ * accept) takes the first one met, the lowest pid.
+ */
+SEC("iter/task_file")
+int conns_owners(struct bpf_iter__task_file *ctx)
 {
-	accepted(ctx->ret);
+	struct task_struct___conns *task = (void *)ctx->task;
+	struct file *file = ctx->file;
+
+	if (task && file)
+		own_accepted(task, file);
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_accept")
-int conns_accept(struct sys_exit_args *ctx)
-{
-	accepted(ctx->ret);
-	return 0;
-}
-
-/* conns_udp_owner records who creates each UDP socket, in its process. */
 SEC("cgroup/sock_create")
 int conns_udp_owner(struct bpf_sock *sk)
 {
