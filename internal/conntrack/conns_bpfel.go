@@ -108,10 +108,14 @@ const (
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
 	connsProgConnsTcpState        = "conns_tcp_state"
 	connsProgConnsTcpStateSpare   = "conns_tcp_state_spare"
+	connsProgConnsUdp6Send        = "conns_udp6_send"
 	connsProgConnsUdpDrop         = "conns_udp_drop"
 	connsProgConnsUdpEgress       = "conns_udp_egress"
+	connsProgConnsUdpEnqueue      = "conns_udp_enqueue"
+	connsProgConnsUdpEnqueueExit  = "conns_udp_enqueue_exit"
 	connsProgConnsUdpIngress      = "conns_udp_ingress"
 	connsProgConnsUdpOwner        = "conns_udp_owner"
+	connsProgConnsUdpSend         = "conns_udp_send"
 	connsVarTracingCookie         = "tracing_cookie"
 )
 
@@ -164,10 +168,14 @@ type connsProgramSpecs struct {
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare   *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
+	ConnsUdp6Send        *ebpf.ProgramSpec `ebpf:"conns_udp6_send"`
 	ConnsUdpDrop         *ebpf.ProgramSpec `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress       *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
+	ConnsUdpEnqueue      *ebpf.ProgramSpec `ebpf:"conns_udp_enqueue"`
+	ConnsUdpEnqueueExit  *ebpf.ProgramSpec `ebpf:"conns_udp_enqueue_exit"`
 	ConnsUdpIngress      *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner        *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
+	ConnsUdpSend         *ebpf.ProgramSpec `ebpf:"conns_udp_send"`
 }
 
 // connsMapSpecs contains maps before they are loaded into the kernel.
@@ -252,10 +260,14 @@ type connsPrograms struct {
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare   *ebpf.Program `ebpf:"conns_tcp_state_spare"`
+	ConnsUdp6Send        *ebpf.Program `ebpf:"conns_udp6_send"`
 	ConnsUdpDrop         *ebpf.Program `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress       *ebpf.Program `ebpf:"conns_udp_egress"`
+	ConnsUdpEnqueue      *ebpf.Program `ebpf:"conns_udp_enqueue"`
+	ConnsUdpEnqueueExit  *ebpf.Program `ebpf:"conns_udp_enqueue_exit"`
 	ConnsUdpIngress      *ebpf.Program `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner        *ebpf.Program `ebpf:"conns_udp_owner"`
+	ConnsUdpSend         *ebpf.Program `ebpf:"conns_udp_send"`
 }
 
 func (p *connsPrograms) Close() error {
@@ -267,10 +279,14 @@ func (p *connsPrograms) Close() error {
 		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,
 		p.ConnsTcpStateSpare,
+		p.ConnsUdp6Send,
 		p.ConnsUdpDrop,
 		p.ConnsUdpEgress,
+		p.ConnsUdpEnqueue,
+		p.ConnsUdpEnqueueExit,
 		p.ConnsUdpIngress,
 		p.ConnsUdpOwner,
+		p.ConnsUdpSend,
 	)
 }
 

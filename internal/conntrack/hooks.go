@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -17,10 +18,11 @@ import (
 )
 
 // hook is one attachment point the tracker needs, with the ways to
-// implement it in preference order. Every hook has one implementation that
+// implement it in preference order. Every hook has an implementation that
 // exists wherever either latency backend works (tracepoints, iterators and
-// cgroup programs, 5.10+), so --backend does not apply to connection
-// tracking.
+// cgroup programs, 5.10+); the UDP hooks prefer fentry/fexit programs, which
+// run for UDP only, where the kernel allows them (forcedCandidates says what
+// --backend changes).
 type hook struct {
 	name       string
 	optional   bool // a kernel without it still tracks connections, knowing less
@@ -54,11 +56,22 @@ var hooks = []hook{
 	{"tcp-counters", true, []candidate{iterator(refreshProgram, iteratorHazard)}},
 	{"tcp-adopt", true, []candidate{iterator(adoptProgram, iteratorHazard)}},
 	{"udp-owner", false, []candidate{cgroupProgram(connsProgConnsUdpOwner, ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", false, []candidate{cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", false, []candidate{cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
-	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
-	// without it drops stay in bytes_in and drops_in is 0.
-	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
+	// UDP is counted per datagram. The cgroup_skb programs see every
+	// packet of every socket, TCP's included (a few instructions each, but
+	// a program run per packet); the fentry/fexit ones run for UDP only.
+	{"udp-ingress", false, []candidate{
+		fentry(connsProgConnsUdpEnqueue),
+		cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", false, []candidate{
+		fentry(connsProgConnsUdpSend, connsProgConnsUdp6Send),
+		cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
+	// A datagram the socket refuses moves from bytes_in to drops_in: at
+	// __udp_enqueue_schedule_skb()'s exit, or at the tracepoint, which
+	// has the dropped skb (the flow) since 6.10. Without either, drops
+	// stay in bytes_in and drops_in is 0.
+	{"udp-drops", true, []candidate{
+		fentry(connsProgConnsUdpEnqueueExit),
+		needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
 }
 
 // The iterators: user space runs conns_refresh over a network namespace's
@@ -98,6 +111,44 @@ func tracing(programs ...string) candidate {
 		}
 		return nil
 	}}
+}
+
+// fentry is one or more fentry/fexit programs, attached in this order.
+func fentry(programs ...string) candidate {
+	return candidate{features.FentryBE, func(t *Tracker) error {
+		for _, program := range programs {
+			err := t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachTracing(link.TracingOptions{Program: p})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// forcedCandidates are the candidates of h that --backend leaves: fentry
+// takes only fentry programs where h has them, tracepoint none; a hook with
+// one implementation (tracepoints, iterators, cgroup programs) keeps it
+// whatever is forced.
+func (h hook) forcedCandidates(forced features.Backend) []candidate {
+	keep := func(c candidate) bool { return true }
+	switch forced {
+	case features.FentryBE:
+		if slices.ContainsFunc(h.candidates, func(c candidate) bool { return c.backend == features.FentryBE }) {
+			keep = func(c candidate) bool { return c.backend == features.FentryBE }
+		}
+	case features.Tracepoint:
+		keep = func(c candidate) bool { return c.backend != features.FentryBE }
+	}
+	var out []candidate
+	for _, c := range h.candidates {
+		if keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // needsArgs is c where tracepoint tp has at least n arguments.
@@ -253,8 +304,9 @@ func (t *Tracker) attachHooks() error {
 		if !tcp && strings.HasPrefix(h.name, "tcp-") || !udp && strings.HasPrefix(h.name, "udp-") {
 			continue
 		}
-		cands := make([]features.Candidate, len(h.candidates))
-		for i, c := range h.candidates {
+		own := h.forcedCandidates(t.cfg.Backend)
+		cands := make([]features.Candidate, len(own))
+		for i, c := range own {
 			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attachAll(c) }}
 		}
 		choice, err := features.Choose(h.name, features.Auto, cands...)

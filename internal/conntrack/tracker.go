@@ -49,6 +49,9 @@ type Config struct {
 	// Pods names the pod and container of each record's cgroup before the
 	// filter sees it; nil names none.
 	Pods *kube.Resolver
+	// Backend forces the UDP hooks' implementation (--backend): fentry
+	// programs or the cgroup_skb ones; "" or Auto prefers fentry.
+	Backend features.Backend
 }
 
 // ValidMaxConnections reports why n cannot be a table size, or nil.
