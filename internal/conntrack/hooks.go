@@ -358,7 +358,7 @@ func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (l
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: t.maps})
 	if err != nil {
-		return fmt.Errorf("load %s: %w", what, err)
+		return err // names the program
 	}
 	prog := coll.DetachProgram(program)
 	coll.Close()
