@@ -234,7 +234,7 @@ int BPF_PROG(conns_udp_enqueue, struct sock *sk, struct sk_buff *skb)
 		return 0;
 	payload = skb_udp_key(sk, skb, &k);
 	if (payload >= 0)
-		udp_account(&k, sock_cgroup_id(sk), payload, 1, true);
+		udp_account(&k, sock_cgroup_id(sk), payload, skb_datagrams(skb), true);
 	return 0;
 }
 

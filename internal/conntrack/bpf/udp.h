@@ -127,7 +127,9 @@ static __always_inline void udp_packet(struct __sk_buff *skb, bool ingress)
 	if (payload < 0)
 		return;
 	k.cookie = bpf_get_socket_cookie(skb);
-	udp_account(&k, bpf_skb_cgroup_id(skb), payload, 1, ingress);
+	/* A UDP GSO batch on its way out, or a UDP GRO skb on its way in
+	 * (sockets with UDP_GRO), is several datagrams. */
+	udp_account(&k, bpf_skb_cgroup_id(skb), payload, skb->gso_segs ?: 1, ingress);
 }
 
 /* ---- the fentry/fexit path: programs that run for UDP only ---- */
@@ -205,9 +207,20 @@ static __always_inline void udp_sent(struct sk_buff *skb, struct flow_key *k, co
 	udp_account(k, sock_cgroup_id(sk), payload, packets, false);
 }
 
+/* skb_datagrams is how many datagrams an skb queued to a socket holds:
+ * more than one only for a UDP GRO skb (sockets with UDP_GRO). */
+static __always_inline u64 skb_datagrams(struct sk_buff *skb)
+{
+	struct skb_shared_info *shinfo = (void *)(skb->head + skb->end);
+	u16 segs = BPF_CORE_READ(shinfo, gso_segs);
+
+	return segs ?: 1;
+}
+
 /* skb_udp_key fills the flow key of a datagram being queued to sk (its
  * headers in place, data past the UDP header) and returns its payload
- * length as the UDP header gives it, or -1. */
+ * length as the UDP header gives it (a GRO skb's: all of its datagrams'),
+ * or -1. */
 static __always_inline int skb_udp_key(struct sock *sk, struct sk_buff *skb, struct flow_key *k)
 {
 	unsigned char *head = skb->head;
@@ -247,9 +260,11 @@ static __always_inline void udp_dropped(struct sock *sk, struct sk_buff *skb)
 	struct flow *f = bpf_map_lookup_elem(&flows, &k);
 	if (!f)
 		return;
+	u64 datagrams = skb_datagrams(skb);
+
 	__sync_fetch_and_add(&f->bytes_in, -(u64)payload);
-	__sync_fetch_and_add(&f->packets_in, -1);
-	__sync_fetch_and_add(&f->drops_in, 1);
+	__sync_fetch_and_add(&f->packets_in, -datagrams);
+	__sync_fetch_and_add(&f->drops_in, datagrams);
 }
 
 #endif /* CONNS_UDP_H */
