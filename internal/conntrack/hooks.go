@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,17 +12,17 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/features"
 )
 
 // hook is one attachment point the tracker needs, with the ways to
-// implement it in preference order. Every hook has one implementation that
+// implement it in preference order. Every hook has an implementation that
 // exists wherever either latency backend works (tracepoints, iterators and
-// cgroup programs, 5.10+), so --backend does not apply to connection
-// tracking.
+// cgroup programs, 5.10+); the UDP hooks prefer fentry/fexit programs, which
+// run for UDP only, where the kernel allows them (forcedCandidates says what
+// --backend changes).
 type hook struct {
 	name       string
 	optional   bool // a kernel without it still tracks connections, knowing less
@@ -41,38 +39,49 @@ type candidate struct {
 var hooks = []hook{
 	// The spare applies the state changes whose conns_tcp_state run the
 	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
-	// Accepted sockets are looked up at accept()'s exit: attached before
-	// tcp-state, so that every socket tracked from its birth is also seen
-	// accepted. Optional: the syscalls' tracepoints need tracefs, which
-	// only root may read; without them an accepted socket has its
-	// listener's owner until the process that closes it.
-	// A syscall tracepoint slows every syscall on the host (docs/CONNECTIONS.md);
-	// fexit/inet_accept would not, but on 7.2 it left accepted sockets
-	// with their listener's owner (TestAcceptedByAnotherProcess).
-	{"tcp-accept", true, []candidate{syscallExit(map[string]string{
-		"sys_exit_accept4": connsProgConnsAccept4, "sys_exit_accept": connsProgConnsAccept})}},
+	// Accepted sockets learn their owner from the process holding them,
+	// found by an iterator over open files at the refresh that first shows
+	// them (Tracker.ownAccepted), rather than at accept()'s exit: a program
+	// on a syscall tracepoint slows every syscall on the host
+	// (docs/CONNECTIONS.md). Optional (bpf_sock_from_file is 5.11+):
+	// without it an accepted socket has its listener's owner until the
+	// process that closes it.
+	{"tcp-accept", true, []candidate{iterator(ownersProgram, nil)}},
 	{"tcp-state", false, []candidate{tracing(connsProgConnsTcpState, connsProgConnsTcpStateSpare)}},
 	// A closed socket is reported when it is destroyed: until then its
 	// application may still read what is queued. The same pairing.
 	{"tcp-destroy", false, []candidate{tracing(connsProgConnsTcpDestroy, connsProgConnsTcpDestroySpare)}},
 	// Optional: not used before 6.11 (see iteratorHazard); counters are
 	// then read at state changes only.
-	{"tcp-counters", true, []candidate{iterator(refreshProgram)}},
-	{"tcp-adopt", true, []candidate{iterator(adoptProgram)}},
+	{"tcp-counters", true, []candidate{iterator(refreshProgram, iteratorHazard)}},
+	{"tcp-adopt", true, []candidate{iterator(adoptProgram, iteratorHazard)}},
 	{"udp-owner", false, []candidate{cgroupProgram(connsProgConnsUdpOwner, ebpf.AttachCGroupInetSockCreate)}},
-	{"udp-ingress", false, []candidate{cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
-	{"udp-egress", false, []candidate{cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
-	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
-	// without it drops stay in bytes_in and drops_in is 0.
-	{"udp-drops", true, []candidate{needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
+	// UDP is counted per datagram. The cgroup_skb programs see every
+	// packet of every socket, TCP's included (a few instructions each, but
+	// a program run per packet); the fentry/fexit ones run for UDP only.
+	{"udp-ingress", false, []candidate{
+		fentry(connsProgConnsUdpEnqueue),
+		cgroupProgram(connsProgConnsUdpIngress, ebpf.AttachCGroupInetIngress)}},
+	{"udp-egress", false, []candidate{
+		fentry(connsProgConnsUdpSend, connsProgConnsUdp6Send),
+		cgroupProgram(connsProgConnsUdpEgress, ebpf.AttachCGroupInetEgress)}},
+	// A datagram the socket refuses moves from bytes_in to drops_in: at
+	// __udp_enqueue_schedule_skb()'s exit, or at the tracepoint, which
+	// has the dropped skb (the flow) since 6.10. Without either, drops
+	// stay in bytes_in and drops_in is 0.
+	{"udp-drops", true, []candidate{
+		fentry(connsProgConnsUdpEnqueueExit),
+		needsArgs("udp_fail_queue_rcv_skb", 3, tracing(connsProgConnsUdpDrop))}},
 }
 
-// The iterators over a network namespace's TCP sockets: user space runs
-// conns_refresh in every namespace with tracked sockets once per refresh,
-// and conns_adopt in every namespace at start-up.
+// The iterators: user space runs conns_refresh over a network namespace's
+// TCP sockets in every namespace with tracked sockets once per refresh,
+// conns_adopt in every namespace at start-up, and conns_owners over every
+// task's open files when accepted sockets wait for their owner.
 const (
 	refreshProgram = connsProgConnsRefresh
 	adoptProgram   = connsProgConnsAdopt
+	ownersProgram  = connsProgConnsOwners
 )
 
 // What the doctor table and the backend metric show for the shared hooks
@@ -102,6 +111,44 @@ func tracing(programs ...string) candidate {
 		}
 		return nil
 	}}
+}
+
+// fentry is one or more fentry/fexit programs, attached in this order.
+func fentry(programs ...string) candidate {
+	return candidate{features.FentryBE, func(t *Tracker) error {
+		for _, program := range programs {
+			err := t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachTracing(link.TracingOptions{Program: p})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// forcedCandidates are the candidates of h that --backend leaves: fentry
+// takes only fentry programs where h has them, tracepoint none; a hook with
+// one implementation (tracepoints, iterators, cgroup programs) keeps it
+// whatever is forced.
+func (h hook) forcedCandidates(forced features.Backend) []candidate {
+	keep := func(c candidate) bool { return true }
+	switch forced {
+	case features.FentryBE:
+		if slices.ContainsFunc(h.candidates, func(c candidate) bool { return c.backend == features.FentryBE }) {
+			keep = func(c candidate) bool { return c.backend == features.FentryBE }
+		}
+	case features.Tracepoint:
+		keep = func(c candidate) bool { return c.backend != features.FentryBE }
+	}
+	var out []candidate
+	for _, c := range h.candidates {
+		if keep(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // needsArgs is c where tracepoint tp has at least n arguments.
@@ -157,56 +204,19 @@ func cgroupProgram(program string, at ebpf.AttachType) candidate {
 	}}
 }
 
-// syscallExit attaches programs (by tracepoint name) to the syscalls'
-// exit tracepoints, all or none. Their IDs are in tracefs, which is
-// mounted where it is not yet.
-func syscallExit(programs map[string]string) candidate {
-	return candidate{features.Tracepoint, func(t *Tracker) error {
-		if err := beforeBatching(); err != nil {
-			return err
-		}
-		if err := mountTracefs(); err != nil {
-			return err
-		}
-		for _, tp := range slices.Sorted(maps.Keys(programs)) {
-			err := t.attach(programs[tp], "", func(p *ebpf.Program) (link.Link, error) {
-				return link.Tracepoint("syscalls", tp, p, nil)
-			})
-			if err != nil {
+// iterator makes a BPF iterator link, where hazard (if any) finds none;
+// reading it (readIterator) runs the program.
+func iterator(program string, hazard func() error) candidate {
+	return candidate{iteratorPath, func(t *Tracker) error {
+		if hazard != nil {
+			if err := hazard(); err != nil {
 				return err
 			}
-		}
-		return nil
-	}}
-}
-
-// iterator makes a BPF iterator link; reading it (readIterator) runs the
-// program.
-func iterator(program string) candidate {
-	return candidate{iteratorPath, func(t *Tracker) error {
-		if err := iteratorHazard(); err != nil {
-			return err
 		}
 		return t.attach(program, "", func(p *ebpf.Program) (link.Link, error) {
 			return link.AttachIter(link.IterOptions{Program: p})
 		})
 	}}
-}
-
-const tracefs = "/sys/kernel/tracing"
-
-func mountTracefs() error {
-	_, err := os.Stat(tracefs + "/events")
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("tracefs: %w (only root may read it)", err)
-	}
-	if err := unix.Mount("nodev", tracefs, "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("mounting tracefs on %s: %w", tracefs, err)
-	}
-	return nil
 }
 
 // beforeBatching says why a hook is not used on kernels older than 5.15, or
@@ -294,8 +304,9 @@ func (t *Tracker) attachHooks() error {
 		if !tcp && strings.HasPrefix(h.name, "tcp-") || !udp && strings.HasPrefix(h.name, "udp-") {
 			continue
 		}
-		cands := make([]features.Candidate, len(h.candidates))
-		for i, c := range h.candidates {
+		own := h.forcedCandidates(t.cfg.Backend)
+		cands := make([]features.Candidate, len(own))
+		for i, c := range own {
 			cands[i] = features.Candidate{Backend: c.backend, Attach: func() error { return t.attachAll(c) }}
 		}
 		choice, err := features.Choose(h.name, features.Auto, cands...)
@@ -347,7 +358,7 @@ func (t *Tracker) attach(program, attachTo string, attach func(*ebpf.Program) (l
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: t.maps})
 	if err != nil {
-		return fmt.Errorf("load %s: %w", what, err)
+		return err // names the program
 	}
 	prog := coll.DetachProgram(program)
 	coll.Close()
