@@ -186,6 +186,7 @@ struct udp_sock {
 
 struct skb_shared_info {
 	u8 nr_frags;
+	unsigned short gso_segs; /* packets in a GSO/GRO skb; 0 or 1: one */
 };
 
 struct sk_buff {
@@ -216,6 +217,7 @@ struct sk_buff {
 	__u16 mac_header;
 	unsigned char *head;
 	unsigned char *data;
+	unsigned int end; /* offset of skb_shared_info from head (64-bit) */
 };
 
 struct nf_hook_state {

@@ -38,7 +38,7 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	f.filter.Register(fs)
 	fs.StringVar(&f.log, "log", "", "also append CSV rows to this file (created with a header if absent)")
 	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
-	fs.StringVar(&f.backend, "backend", string(features.Auto), "auto, fentry or tracepoint; accepted for compatibility: no connection hook depends on it")
+	fs.StringVar(&f.backend, "backend", string(features.Auto), "UDP accounting: auto, fentry (programs that run for UDP only) or tracepoint (cgroup_skb programs on every packet); the TCP hooks have one implementation")
 	registerMaxConnections(fs, &f.maxConn)
 	f.pods.Register(fs)
 }
@@ -71,8 +71,8 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	if err := checkMaxConnections(f.maxConn); err != nil {
 		return conntrack.Config{}, err
 	}
-	// Validated, but no connection hook depends on the backend.
-	if _, err := features.ParseBackend(f.backend); err != nil {
+	backend, err := features.ParseBackend(f.backend)
+	if err != nil {
 		return conntrack.Config{}, err
 	}
 	filter, err := f.filter.Compile()
@@ -88,7 +88,7 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	if err != nil {
 		return conntrack.Config{}, err
 	}
-	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods}, nil
+	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods, Backend: backend}, nil
 }
 
 func newStreamCmd() *cobra.Command {

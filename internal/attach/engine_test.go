@@ -291,3 +291,31 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestClassicTracepoint: a Tracepoint program attaches at its
+// "category:name", mounting tracefs where it is not; a target that is not
+// category:name is refused.
+func TestClassicTracepoint(t *testing.T) {
+	testenv.RequireRoot(t)
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+		"tp": {Type: ebpf.TracePoint, License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}},
+	}}
+	e, err := Load(spec, Netns{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	bad := &Hook{Name: "bad", Backends: []Backend{{Backend: features.Tracepoint,
+		Programs: []Program{{Name: "tp", Kind: Tracepoint, Target: "inet_sock_set_state"}}}}}
+	if _, err := e.Attach(bad, features.Auto); err == nil || !strings.Contains(err.Error(), "not category:name") {
+		t.Errorf("Attach at a bare name: %v, want it refused", err)
+	}
+	good := &Hook{Name: "good", Backends: []Backend{{Backend: features.Tracepoint,
+		Programs: []Program{{Name: "tp", Kind: Tracepoint, Target: "sock:inet_sock_set_state"}}}}}
+	if _, err := e.Attach(good, features.Auto); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if got := attachedNames(e); !slices.Equal(got, []string{"tp"}) {
+		t.Errorf("attached %v, want tp", got)
+	}
+}

@@ -101,18 +101,21 @@ const (
 	connsMapNetnsNew              = "netns_new"
 	connsMapOwners                = "owners"
 	connsMapStateMarks            = "state_marks"
-	connsProgConnsAccept          = "conns_accept"
-	connsProgConnsAccept4         = "conns_accept4"
 	connsProgConnsAdopt           = "conns_adopt"
+	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
 	connsProgConnsTcpState        = "conns_tcp_state"
 	connsProgConnsTcpStateSpare   = "conns_tcp_state_spare"
+	connsProgConnsUdp6Send        = "conns_udp6_send"
 	connsProgConnsUdpDrop         = "conns_udp_drop"
 	connsProgConnsUdpEgress       = "conns_udp_egress"
+	connsProgConnsUdpEnqueue      = "conns_udp_enqueue"
+	connsProgConnsUdpEnqueueExit  = "conns_udp_enqueue_exit"
 	connsProgConnsUdpIngress      = "conns_udp_ingress"
 	connsProgConnsUdpOwner        = "conns_udp_owner"
+	connsProgConnsUdpSend         = "conns_udp_send"
 	connsVarTracingCookie         = "tracing_cookie"
 )
 
@@ -158,18 +161,21 @@ type connsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsProgramSpecs struct {
-	ConnsAccept          *ebpf.ProgramSpec `ebpf:"conns_accept"`
-	ConnsAccept4         *ebpf.ProgramSpec `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
+	ConnsOwners          *ebpf.ProgramSpec `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare   *ebpf.ProgramSpec `ebpf:"conns_tcp_state_spare"`
+	ConnsUdp6Send        *ebpf.ProgramSpec `ebpf:"conns_udp6_send"`
 	ConnsUdpDrop         *ebpf.ProgramSpec `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress       *ebpf.ProgramSpec `ebpf:"conns_udp_egress"`
+	ConnsUdpEnqueue      *ebpf.ProgramSpec `ebpf:"conns_udp_enqueue"`
+	ConnsUdpEnqueueExit  *ebpf.ProgramSpec `ebpf:"conns_udp_enqueue_exit"`
 	ConnsUdpIngress      *ebpf.ProgramSpec `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner        *ebpf.ProgramSpec `ebpf:"conns_udp_owner"`
+	ConnsUdpSend         *ebpf.ProgramSpec `ebpf:"conns_udp_send"`
 }
 
 // connsMapSpecs contains maps before they are loaded into the kernel.
@@ -247,34 +253,40 @@ type connsVariables struct {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsPrograms struct {
-	ConnsAccept          *ebpf.Program `ebpf:"conns_accept"`
-	ConnsAccept4         *ebpf.Program `ebpf:"conns_accept4"`
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
+	ConnsOwners          *ebpf.Program `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
 	ConnsTcpStateSpare   *ebpf.Program `ebpf:"conns_tcp_state_spare"`
+	ConnsUdp6Send        *ebpf.Program `ebpf:"conns_udp6_send"`
 	ConnsUdpDrop         *ebpf.Program `ebpf:"conns_udp_drop"`
 	ConnsUdpEgress       *ebpf.Program `ebpf:"conns_udp_egress"`
+	ConnsUdpEnqueue      *ebpf.Program `ebpf:"conns_udp_enqueue"`
+	ConnsUdpEnqueueExit  *ebpf.Program `ebpf:"conns_udp_enqueue_exit"`
 	ConnsUdpIngress      *ebpf.Program `ebpf:"conns_udp_ingress"`
 	ConnsUdpOwner        *ebpf.Program `ebpf:"conns_udp_owner"`
+	ConnsUdpSend         *ebpf.Program `ebpf:"conns_udp_send"`
 }
 
 func (p *connsPrograms) Close() error {
 	return _ConnsClose(
-		p.ConnsAccept,
-		p.ConnsAccept4,
 		p.ConnsAdopt,
+		p.ConnsOwners,
 		p.ConnsRefresh,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,
 		p.ConnsTcpStateSpare,
+		p.ConnsUdp6Send,
 		p.ConnsUdpDrop,
 		p.ConnsUdpEgress,
+		p.ConnsUdpEnqueue,
+		p.ConnsUdpEnqueueExit,
 		p.ConnsUdpIngress,
 		p.ConnsUdpOwner,
+		p.ConnsUdpSend,
 	)
 }
 

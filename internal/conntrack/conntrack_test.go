@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -200,6 +201,81 @@ func TestUDPUnconnectedServer(t *testing.T) {
 	}
 	if left := find(h.last.Records, func(r *conn.Record) bool { return isServer(r) && r.Event != conn.Closed }); len(left) != 0 {
 		t.Errorf("expired flows still listed: %s", dump(left))
+	}
+}
+
+// TestUDPSegmentation: one UDP GSO send (UDP_SEGMENT) leaves as several
+// datagrams and arrives as several: the sender's flow counts each of them,
+// and so does the receiver's, on either path (fentry programs, or
+// cgroup_skb ones, which see the GSO batch as one packet).
+func TestUDPSegmentation(t *testing.T) {
+	const segment, segments = 1000, 10
+	p := testenv.NewPeer(t, "stc-gso", 57)
+	tr := openTracker(t, Config{})
+	var srv net.PacketConn
+	if err := p.Do(func() (err error) { srv, err = net.ListenPacket("udp", addrPort(p.PeerIP4, 0)); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	received := make(chan []int, 1)
+	go func() {
+		var sizes []int
+		buf := make([]byte, 65536)
+		for len(sizes) < segments {
+			n, _, err := srv.ReadFrom(buf)
+			if err != nil {
+				break
+			}
+			sizes = append(sizes, n)
+		}
+		received <- sizes
+	}()
+	port := uint16(srv.LocalAddr().(*net.UDPAddr).Port)
+	c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: p.PeerIP4.AsSlice(), Port: int(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, segment)
+	}); err != nil || serr != nil {
+		t.Fatalf("UDP_SEGMENT: %v %v", err, serr)
+	}
+	if _, err := c.Write(make([]byte, segment*segments)); err != nil {
+		t.Fatalf("one %d-byte send in %d-byte segments: %v", segment*segments, segment, err)
+	}
+	select {
+	case sizes := <-received:
+		if len(sizes) != segments || sizes[0] != segment {
+			t.Fatalf("the receiver read %v, want %d datagrams of %d bytes", sizes, segments, segment)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the receiver did not get every segment")
+	}
+	local := uint16(c.LocalAddr().(*net.UDPAddr).Port)
+	sender := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == local && r.RemotePort == port }
+	receiver := func(r *conn.Record) bool { return r.Proto == "udp" && r.LocalPort == port && r.RemotePort == local }
+	h := poll(t, tr, func(h *history) bool {
+		s, r := find(h.last.Records, sender), find(h.last.Records, receiver)
+		return len(s) == 1 && s[0].PacketsOut == segments && len(r) == 1 && r[0].PacketsIn == segments
+	})
+	for _, r := range find(h.last.Records, sender) {
+		if r.BytesOut != segment*segments || r.PacketsOut != segments || r.PID != uint32(os.Getpid()) {
+			t.Errorf("sender %+v: want %d bytes in %d datagrams out, owner %d", r, segment*segments, segments, os.Getpid())
+		}
+	}
+	for _, r := range find(h.last.Records, receiver) {
+		if r.BytesIn != segment*segments || r.PacketsIn != segments {
+			t.Errorf("receiver %+v: want %d bytes in %d datagrams in", r, segment*segments, segments)
+		}
+	}
+	if t.Failed() {
+		t.Logf("last snapshot:\n%s", dump(h.last.Records))
 	}
 }
 

@@ -200,7 +200,9 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 	t.Helper()
 	testenv.RequireRoot(t)
 	start := time.Now()
-	// Every hook is shared by both backends: a forced one must run too.
+	// A forced backend chooses the UDP hooks' programs; the others have
+	// one implementation, which runs whatever is forced.
+	cfg.Backend = testenv.Backend(t)
 	tr, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)

@@ -15,26 +15,24 @@ import (
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// hooks is every attachment point the tracker needs. Every hook has one
+// hooks is every attachment point the tracker needs. Every hook has an
 // implementation that exists wherever either latency backend works
-// (tracepoints, iterators and cgroup programs, 5.10+), so --backend does not
-// apply to connection tracking. A hook's name says its protocol: --tcp
-// attaches nothing for UDP (whose cgroup_skb programs would see every
-// packet), --udp nothing for TCP. An optional hook's absence leaves the
-// tracker working, knowing less.
+// (tracepoints, iterators and cgroup programs, 5.10+); the UDP hooks prefer
+// fentry/fexit programs, which run for UDP only, where the kernel allows
+// them (forced says what --backend changes). A hook's name says its
+// protocol: --tcp attaches nothing for UDP (whose cgroup_skb programs would
+// see every packet), --udp nothing for TCP. An optional hook's absence
+// leaves the tracker working, knowing less.
 var hooks = []attach.Hook{
-	// Accepted sockets are looked up at accept()'s exit: attached before
-	// tcp-state, so that every socket tracked from its birth is also seen
-	// accepted. Optional: the syscalls' tracepoints need tracefs, which
-	// only root may read; without them an accepted socket has its
-	// listener's owner until the process that closes it.
-	// A syscall tracepoint slows every syscall on the host (docs/CONNECTIONS.md);
-	// fexit/inet_accept would not, but on 7.2 it left accepted sockets
-	// with their listener's owner (TestAcceptedByAnotherProcess).
-	{Name: "tcp-accept", Optional: true, Backends: []attach.Backend{{Backend: features.Tracepoint, Gate: beforeBatching,
-		Programs: []attach.Program{
-			{Name: connsProgConnsAccept, Kind: attach.Tracepoint, Target: "syscalls:sys_exit_accept"},
-			{Name: connsProgConnsAccept4, Kind: attach.Tracepoint, Target: "syscalls:sys_exit_accept4"}}}}},
+	// Accepted sockets learn their owner from the process holding them,
+	// found by an iterator over open files at the refresh that first shows
+	// them (Tracker.ownAccepted), rather than at accept()'s exit: a program
+	// on a syscall tracepoint slows every syscall on the host
+	// (docs/CONNECTIONS.md). Optional (bpf_sock_from_file is 5.11+):
+	// without it an accepted socket has its listener's owner until the
+	// process that closes it.
+	{Name: "tcp-accept", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath,
+		Programs: []attach.Program{{Name: ownersProgram, Kind: attach.Iterator}}}}},
 	// The spare applies the state changes whose conns_tcp_state run the
 	// kernel skipped (see bpf/conns.bpf.c); it must be attached second.
 	{Name: "tcp-state", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
@@ -45,35 +43,72 @@ var hooks = []attach.Hook{
 	{Name: "tcp-destroy", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
 		{Name: connsProgConnsTcpDestroy, Kind: attach.Tracing},
 		{Name: connsProgConnsTcpDestroySpare, Kind: attach.Tracing}}}}},
-	// The iterators over a network namespace's TCP sockets (refreshProgram,
-	// adoptProgram). Optional: not used before 6.11 (see iteratorHazard);
-	// counters are then read at state changes only.
+	// The iterators over a network namespace's TCP sockets. Optional: not
+	// used before 6.11 (see iteratorHazard); counters are then read at
+	// state changes only.
 	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
-		Programs: []attach.Program{{Name: connsProgConnsRefresh, Kind: attach.Iterator}}}}},
+		Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Iterator}}}}},
 	{Name: "tcp-adopt", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
-		Programs: []attach.Program{{Name: connsProgConnsAdopt, Kind: attach.Iterator}}}}},
-	// On the root of the cgroup v2 hierarchy, which every socket on the
-	// host belongs to (directly or below).
+		Programs: []attach.Program{{Name: adoptProgram, Kind: attach.Iterator}}}}},
+	// cgroup programs go on the root of the cgroup v2 hierarchy, which
+	// every socket on the host belongs to (directly or below).
 	{Name: "udp-owner", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
 		{Name: connsProgConnsUdpOwner, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetSockCreate}}}}},
-	{Name: "udp-ingress", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
-		{Name: connsProgConnsUdpIngress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetIngress}}}}},
-	{Name: "udp-egress", Backends: []attach.Backend{{Backend: cgroupPath, Programs: []attach.Program{
-		{Name: connsProgConnsUdpEgress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetEgress}}}}},
-	// The tracepoint has the dropped skb, which tells the flow, since 6.10;
-	// without it drops stay in bytes_in and drops_in is 0.
-	{Name: "udp-drops", Optional: true, Backends: []attach.Backend{{Backend: features.Tracepoint,
-		Gate:     attach.TracepointArgs("udp_fail_queue_rcv_skb", 3, "6.10"),
-		Programs: []attach.Program{{Name: connsProgConnsUdpDrop, Kind: attach.Tracing}}}}},
+	// UDP is counted per datagram. The cgroup_skb programs see every
+	// packet of every socket, TCP's included (a few instructions each, but
+	// a program run per packet); the fentry/fexit ones run for UDP only.
+	{Name: "udp-ingress", Backends: []attach.Backend{
+		{Backend: features.FentryBE, Programs: []attach.Program{{Name: connsProgConnsUdpEnqueue, Kind: attach.Tracing}}},
+		{Backend: cgroupPath, Programs: []attach.Program{
+			{Name: connsProgConnsUdpIngress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetIngress}}}}},
+	{Name: "udp-egress", Backends: []attach.Backend{
+		{Backend: features.FentryBE, Programs: []attach.Program{
+			{Name: connsProgConnsUdpSend, Kind: attach.Tracing}, {Name: connsProgConnsUdp6Send, Kind: attach.Tracing}}},
+		{Backend: cgroupPath, Programs: []attach.Program{
+			{Name: connsProgConnsUdpEgress, Kind: attach.Cgroup, Cgroup: ebpf.AttachCGroupInetEgress}}}}},
+	// A datagram the socket refuses moves from bytes_in to drops_in: at
+	// __udp_enqueue_schedule_skb()'s exit, or at the tracepoint, which
+	// has the dropped skb (the flow) since 6.10. Without either, drops
+	// stay in bytes_in and drops_in is 0.
+	{Name: "udp-drops", Optional: true, Backends: []attach.Backend{
+		{Backend: features.FentryBE, Programs: []attach.Program{{Name: connsProgConnsUdpEnqueueExit, Kind: attach.Tracing}}},
+		{Backend: features.Tracepoint, Gate: attach.TracepointArgs("udp_fail_queue_rcv_skb", 3, "6.10"),
+			Programs: []attach.Program{{Name: connsProgConnsUdpDrop, Kind: attach.Tracing}}}}},
 }
 
-// The iterators user space reads: conns_refresh in every namespace with
-// tracked sockets once per refresh, conns_adopt in every namespace at
-// start-up.
+// The iterators: user space runs conns_refresh over a network namespace's
+// TCP sockets in every namespace with tracked sockets once per refresh,
+// conns_adopt in every namespace at start-up, and conns_owners over every
+// task's open files when accepted sockets wait for their owner.
 const (
 	refreshProgram = connsProgConnsRefresh
 	adoptProgram   = connsProgConnsAdopt
+	ownersProgram  = connsProgConnsOwners
 )
+
+// forced is h with the backends --backend leaves: fentry takes only fentry
+// programs where h has them, tracepoint none; a hook with one
+// implementation (tracepoints, iterators, cgroup programs) keeps it
+// whatever is forced.
+func forced(h *attach.Hook, b features.Backend) *attach.Hook {
+	keep := func(attach.Backend) bool { return true }
+	switch b {
+	case features.FentryBE:
+		if h.Programs(features.FentryBE) != nil {
+			keep = func(be attach.Backend) bool { return be.Backend == features.FentryBE }
+		}
+	case features.Tracepoint:
+		keep = func(be attach.Backend) bool { return be.Backend != features.FentryBE }
+	}
+	out := *h
+	out.Backends = nil
+	for _, be := range h.Backends {
+		if keep(be) {
+			out.Backends = append(out.Backends, be)
+		}
+	}
+	return &out
+}
 
 // What the doctor table and the backend metric show for the shared hooks
 // that are neither tracepoints nor fentry; --backend cannot choose them.
@@ -160,7 +195,7 @@ func (t *Tracker) attachHooks() error {
 		if !tcp && strings.HasPrefix(h.Name, "tcp-") || !udp && strings.HasPrefix(h.Name, "udp-") {
 			continue
 		}
-		if _, err := t.engine.Attach(h, features.Auto); err != nil && !h.Optional {
+		if _, err := t.engine.Attach(forced(h, t.cfg.Backend), features.Auto); err != nil && !h.Optional {
 			failed = append(failed, err)
 		}
 	}

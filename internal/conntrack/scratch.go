@@ -29,6 +29,9 @@ type scratch struct {
 	idle     []uint64            // preexisting sockets the kernel has no entry for
 	comms    map[[16]int8]string // process names as the kernel reports them
 
+	ownerPasses map[uint64]ownerSearch // accepted sockets without an owner of their own, by cookie
+	unowned     []int                  // those this refresh looks for, as indexes into conns
+
 	// Output order (see sort): the keys of this refresh's records as they
 	// came, the previous refresh's, and the permutation that sorted those.
 	keys, lastKeys []tupleKey

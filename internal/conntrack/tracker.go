@@ -49,6 +49,9 @@ type Config struct {
 	// Pods names the pod and container of each record's cgroup before the
 	// filter sees it; nil names none.
 	Pods *kube.Resolver
+	// Backend forces the UDP hooks' implementation (--backend): fentry
+	// programs or the cgroup_skb ones; "" or Auto prefers fentry.
+	Backend features.Backend
 }
 
 // ValidMaxConnections reports why n cannot be a table size, or nil.
@@ -250,6 +253,9 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	var err error
 	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
+	}
+	if err := t.ownAccepted(s.cookies, s.conns); err != nil {
+		return snap, err
 	}
 	t.netns.keep(s.conns)
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {

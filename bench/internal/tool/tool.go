@@ -81,6 +81,8 @@ var Tools = []Tool{
 		Command: "latency", args: fixed("-e", "tcp-socket-read", "--at", "tracepoint:tcp:tcp_probe", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`",
 		Command: "stream", args: fixed("--format", "json", "--interval", "1s"), ready: readyFirstReport},
+	{Name: "stream-tcp", About: "`stacktop stream --tcp --format json --interval 1s > /dev/null`: TCP only, so no UDP program (where fentry is refused, the cgroup_skb ones run for every packet); not in the default `-tools`",
+		Command: "stream", args: fixed("--tcp", "--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "serve", About: "`stacktop serve` with its default flags, /metrics scraped every second",
 		Command: "serve", args: serve, scrape: true, ready: readyEndpoint},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",

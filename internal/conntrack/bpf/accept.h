@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Accepted sockets' owners: the task that accepted each one.
+ * Accepted sockets' owners: the process that holds each one, found by an
+ * iterator over every task's open files.
  */
 #ifndef CONNS_ACCEPT_H
 #define CONNS_ACCEPT_H
@@ -8,81 +9,46 @@
 #include "conns.h"
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
-struct file {
-	void *private_data;
-};
-
-struct fdtable {
-	unsigned int max_fds;
-	struct file **fd;
-};
-
-struct files_struct {
-	struct fdtable *fdt;
-};
+struct file;
 
 struct socket {
 	struct sock *sk;
 };
 
-struct nsproxy {
-	struct net *net_ns;
-};
+struct bpf_iter_meta;
 
-struct task_struct___conns {
-	struct files_struct *files;
-	struct nsproxy *nsproxy;
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	u32 fd __attribute__((aligned(8)));
+	struct file *file;
 };
-
 #pragma clang attribute pop
 
-/* The syscalls' exit tracepoints, as tracefs describes them. */
-struct sys_exit_args {
-	u64 common;
-	long syscall_nr;
-	long ret;
-};
-
 /*
- * accepted_sock gives an accepted socket the owner of the task that accepted
- * it (a pre-forked worker, not the listener's creator). By then its
- * ESTABLISHED change has made its entry, keyed by the cookie that change
- * generated (or by its address, on 5.10).
+ * own_accepted gives an accepted socket that file holds the owner of task,
+ * the process holding it, unless its entry has an owner of its own already.
+ * The entry is keyed by the cookie its ESTABLISHED change generated, or by
+ * its address (5.10, or a cookie generated later).
  */
-static __always_inline void accepted_sock(struct sock *sk)
+static __always_inline void own_accepted(struct task_struct___conns *task, struct file *file)
 {
-	u64 key = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter);
+	struct socket *sock = bpf_sock_from_file(file);
+	struct sock *sk = sock ? sock->sk : NULL;
+	if (!sk)
+		return;
+	u64 key = sk->__sk_common.skc_cookie.counter;
 	struct conn *c = key ? bpf_map_lookup_elem(&conns, &key) : NULL;
 	if (!c) {
 		key = (u64)sk;
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
-	if (c && c->sk == (u64)sk) {
-		set_owner(&c->owner);
-		c->flags |= CONN_OWNED;
-	}
-}
-
-/*
- * accepted finds the accepted socket from the new descriptor, which the
- * task installed a moment ago, at accept()'s exit.
- */
-static __always_inline void accepted(long fd)
-{
-	if (fd < 0)
+	if (!c || c->sk != (u64)sk || (c->flags & CONN_OWNED))
 		return;
-	struct task_struct___conns *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *file = NULL;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]) || !file)
-		return;
-	struct socket *sock = BPF_CORE_READ(file, private_data);
-	struct sock *sk = BPF_CORE_READ(sock, sk);
-	if (sk)
-		accepted_sock(sk);
+	c->owner.pid = task->tgid;
+	c->owner.cgroup_id = task->cgroups->dfl_cgrp->kn->id;
+	__builtin_memcpy(c->owner.comm, task->group_leader->comm, sizeof(c->owner.comm));
+	c->flags |= CONN_OWNED;
 }
 
 #endif /* CONNS_ACCEPT_H */

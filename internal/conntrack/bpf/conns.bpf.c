@@ -16,14 +16,18 @@
  * what its map operations cost.
  *
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
- * updated by cgroup_skb ingress/egress on the cgroup v2 root, which sees each
- * datagram with its socket, so unconnected sockets are split by peer.
+ * updated per datagram, so unconnected sockets are split by peer: by
+ * fentry/fexit programs on udp_send_skb, udp_v6_send_skb and
+ * __udp_enqueue_schedule_skb where the kernel allows them (they never run
+ * for TCP), else by cgroup_skb ingress/egress on the cgroup v2 root, which
+ * see every packet with its socket.
  *
  * Owners (pid, comm, cgroup, netns) are taken only in process context and
  * kept with the socket: connect() and listen() (state changes in the
- * caller), the exit of accept()/accept4() for accepted sockets, socket()
- * for UDP sockets (cgroup/sock_create, into the `owners` LRU map that the
- * softirq-side cgroup_skb programs read). The current task in softirq is
+ * caller), the process holding the file for accepted sockets
+ * (conns_owners, an iterator over open files), socket() for UDP sockets
+ * (cgroup/sock_create, into the `owners` LRU map that the softirq-side
+ * cgroup_skb programs read). The current task in softirq is
  * whoever was interrupted and is never used.
  */
 #include "conns.h"
@@ -121,21 +125,29 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
 	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
 	return 0;
 }
-SEC("tracepoint/syscalls/sys_exit_accept4")
-int conns_accept4(struct sys_exit_args *ctx)
+/*
+ * conns_owners gives accepted sockets the owner of the process that holds
+ * them (a pre-forked worker, not the listener's creator): an iterator over
+ * every task's open files, which user space runs at a refresh that shows
+ * accepted sockets still without an owner of their own. It replaced the
+ * accept syscalls' exit tracepoints, which with any program attached send
+ * every syscall of every task on the host through the slow path (about 50
+ * ns each here). The file table is the process's, not the accepting
+ * thread's: comm is the process's (its main thread's), as at a close
+ * (set_process_owner). A socket held by several processes (forked after
+ * accept) takes the first one met, the lowest pid.
+ */
+SEC("iter/task_file")
+int conns_owners(struct bpf_iter__task_file *ctx)
 {
-	accepted(ctx->ret);
+	struct task_struct___conns *task = (void *)ctx->task;
+	struct file *file = ctx->file;
+
+	if (task && file)
+		own_accepted(task, file);
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_accept")
-int conns_accept(struct sys_exit_args *ctx)
-{
-	accepted(ctx->ret);
-	return 0;
-}
-
-/* conns_udp_owner records who creates each UDP socket, in its process. */
 SEC("cgroup/sock_create")
 int conns_udp_owner(struct bpf_sock *sk)
 {
@@ -168,44 +180,68 @@ int conns_udp_egress(struct __sk_buff *skb)
 }
 
 /*
- * conns_udp_drop: a datagram that cgroup_skb ingress counted (it runs in
- * sk_filter(), before the datagram is queued) and that __udp_enqueue_
- * schedule_skb() then refused: the receive buffer was full (the kernel's
- * UdpRcvbufErrors) or socket memory ran out (UdpMemErrors). It moves from
- * the flow's received datagrams to its drops. The skb argument exists since
- * 6.10 (user space attaches the program only where the tracepoint has it);
- * its headers are still in place, data is past the UDP header.
+ * conns_udp_drop: a datagram that the ingress program counted (cgroup_skb
+ * runs in sk_filter(), before the datagram is queued) and that
+ * __udp_enqueue_schedule_skb() then refused. The skb argument exists since
+ * 6.10 (user space attaches the program only where the tracepoint has it).
  */
 SEC("tp_btf/udp_fail_queue_rcv_skb")
 int BPF_PROG(conns_udp_drop, int rc, struct sock *sk, struct sk_buff *skb)
 {
-	struct flow_key k = {};
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	u16 l3 = BPF_CORE_READ(skb, network_header), l4 = BPF_CORE_READ(skb, transport_header);
-	struct {
-		u16 sport, dport, len, csum;
-	} udp;
+	udp_dropped(sk, skb);
+	return 0;
+}
 
-	if (BPF_CORE_READ(skb, protocol) == bpf_htons(ETH_P_IP)) {
-		k.family = AF_INET;
-		bpf_probe_read_kernel(k.raddr, 4, head + l3 + 12);
-		bpf_probe_read_kernel(k.laddr, 4, head + l3 + 16);
-	} else {
-		k.family = AF_INET6;
-		bpf_probe_read_kernel(k.raddr, 16, head + l3 + 8);
-		bpf_probe_read_kernel(k.laddr, 16, head + l3 + 24);
-	}
-	if (bpf_probe_read_kernel(&udp, sizeof(udp), head + l4))
+/* ---- UDP through fentry/fexit: programs that run for UDP datagrams only ---- */
+
+SEC("fentry/udp_send_skb")
+int BPF_PROG(conns_udp_send, struct sk_buff *skb, struct flowi4 *fl4, struct inet_cork *cork)
+{
+	struct flow_key k = { .family = AF_INET };
+
+	__builtin_memcpy(k.laddr, &fl4->saddr, 4);
+	__builtin_memcpy(k.raddr, &fl4->daddr, 4);
+	k.lport = bpf_ntohs(fl4->uli.ports.sport);
+	k.rport = bpf_ntohs(fl4->uli.ports.dport);
+	udp_sent(skb, &k, cork);
+	return 0;
+}
+
+SEC("fentry/udp_v6_send_skb")
+int BPF_PROG(conns_udp6_send, struct sk_buff *skb, struct flowi6 *fl6, struct inet_cork *cork)
+{
+	struct flow_key k = { .family = AF_INET6 };
+
+	__builtin_memcpy(k.laddr, &fl6->saddr, 16);
+	__builtin_memcpy(k.raddr, &fl6->daddr, 16);
+	k.lport = bpf_ntohs(fl6->uli.ports.sport);
+	k.rport = bpf_ntohs(fl6->uli.ports.dport);
+	udp_sent(skb, &k, cork);
+	return 0;
+}
+
+/* Every datagram a UDP socket receives passes __udp_enqueue_schedule_skb():
+ * counted on the way in, moved to drops on the way out if it was refused.
+ * The skb is read at entry: once queued, a reader on another CPU may free
+ * it before the function returns; a refused one is still the caller's. */
+SEC("fentry/__udp_enqueue_schedule_skb")
+int BPF_PROG(conns_udp_enqueue, struct sock *sk, struct sk_buff *skb)
+{
+	struct flow_key k = {};
+	int payload;
+
+	if (!udp_sock_of(sk))
 		return 0;
-	k.lport = bpf_ntohs(udp.dport);
-	k.rport = bpf_ntohs(udp.sport);
-	k.cookie = BPF_CORE_READ(sk, __sk_common.skc_cookie.counter); /* made by cgroup_skb */
-	struct flow *f = bpf_map_lookup_elem(&flows, &k);
-	if (!f)
-		return 0;
-	u64 payload = (u16)(bpf_ntohs(udp.len) - sizeof(udp));
-	__sync_fetch_and_add(&f->bytes_in, -payload);
-	__sync_fetch_and_add(&f->packets_in, -1);
-	__sync_fetch_and_add(&f->drops_in, 1);
+	payload = skb_udp_key(sk, skb, &k);
+	if (payload >= 0)
+		udp_account(&k, sock_cgroup_id(sk), payload, skb_datagrams(skb), true);
+	return 0;
+}
+
+SEC("fexit/__udp_enqueue_schedule_skb")
+int BPF_PROG(conns_udp_enqueue_exit, struct sock *sk, struct sk_buff *skb, int ret)
+{
+	if (ret && udp_sock_of(sk))
+		udp_dropped(sk, skb);
 	return 0;
 }

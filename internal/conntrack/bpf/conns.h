@@ -8,6 +8,27 @@
 
 #include "stacktop.h"
 
+/* The task fields the owner programs read, relocated like stacktop.h's; the
+ * ___conns flavour is the kernel's struct task_struct. */
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+struct nsproxy {
+	struct net *net_ns;
+};
+
+/* dfl_cgrp->kn->id is the cgroup id bpf_get_current_cgroup_id() returns. */
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
+struct task_struct___conns {
+	int tgid;
+	char comm[16];
+	struct nsproxy *nsproxy;
+	struct css_set *cgroups;
+	struct task_struct___conns *group_leader;
+};
+#pragma clang attribute pop
+
 #define TCP_ESTABLISHED 1
 #define TCP_SYN_SENT 2
 #define TCP_SYN_RECV 3
@@ -52,7 +73,7 @@ struct owner {
 
 struct conn {
 	u64 cookie;
-	u64 sk; /* the socket's address: accepted() checks it found the right entry */
+	u64 sk; /* the socket's address: own_accepted() checks it found the right entry */
 	u64 bytes_in;
 	u64 bytes_out;
 	u64 packets_in;
@@ -198,6 +219,18 @@ static __always_inline void set_owner(struct owner *o)
 	o->pid = bpf_get_current_pid_tgid() >> 32;
 	o->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/* set_process_owner is set_owner with the process's name (its main
+ * thread's) rather than the current thread's: the name conns_owners gives
+ * an accepted socket, so that it does not depend on whether a refresh found
+ * the socket before its process closed it. */
+static __always_inline void set_process_owner(struct owner *o)
+{
+	set_owner(o);
+	struct task_struct___conns *task = (void *)bpf_get_current_task();
+	struct task_struct___conns *leader = BPF_CORE_READ(task, group_leader);
+	bpf_core_read_str(o->comm, sizeof(o->comm), &leader->comm);
 }
 
 #endif /* CONNS_H */

@@ -260,11 +260,14 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	if (!c)
 		return false;
 	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
-	 * in its process: without accept()'s exit (tcp-accept refused), that
-	 * is where an accepted socket learns its owner. */
+	 * in its process: an accepted socket that closes before a refresh
+	 * ran conns_owners (or where it is refused) learns its owner here. */
 	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
-	if (started || (closing && !(c->flags & CONN_OWNED))) {
+	if (started) {
 		set_owner(&c->owner);
+		c->flags |= CONN_OWNED;
+	} else if (closing && !(c->flags & CONN_OWNED)) {
+		set_process_owner(&c->owner);
 		c->flags |= CONN_OWNED;
 	}
 	if (!created) { /* a new entry has read both a moment ago */

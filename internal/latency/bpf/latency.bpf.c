@@ -62,6 +62,10 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 
 	if ((void *)tail == queue || !tail)
 		return 0;
+	/* Another namespace's socket (the default -n 0 selects ours) leaves
+	 * before any map is touched. */
+	if (!netns_allowed(sk_netns(sk)))
+		return 0;
 	if (proto == IPPROTO_TCP && type == SOCK_STREAM && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
 		tcp_enqueued(sk, tail);
 	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
@@ -79,8 +83,10 @@ int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 	struct pending_read *p;
 	__u32 zero = 0;
 
-	/* Attached only for tcp-socket-read: no hook_backends check. */
-	if (!sk || sk->sk_protocol != IPPROTO_TCP)
+	/* Attached only for tcp-socket-read: no hook_backends check. A read
+	 * of another namespace's socket leaves nothing pending, so its
+	 * sock_recv_length returns at once. */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP || !netns_allowed(sk_netns(sk)))
 		return 0;
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
@@ -172,12 +178,14 @@ SEC("fentry/skb_consume_udp")
 int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int len)
 {
 	struct stamp s;
+	__u64 cgroup;
 
 	/* MSG_PEEK passes the length negated: the datagram stays queued */
 	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
 		return 0;
 	read_stamp(skb, &s);
-	record_read(HOOK_UDP_SOCK_READ, sk, &s);
+	if (read_selected(HOOK_UDP_SOCK_READ, sk, &s, &cgroup))
+		record_read(HOOK_UDP_SOCK_READ, sk, &s, cgroup);
 	return 0;
 }
 

@@ -131,24 +131,33 @@ static __always_inline bool queue_long_enough(const struct sock *sk, bool udp)
 	return sk->sk_backlog.tail != NULL;
 }
 
-static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
+/*
+ * read_selected applies the socket-read filters (-q, -p, -c, -i, -n) and
+ * gives the reading task's cgroup when it is needed. Applied before
+ * anything costlier: a read the filters exclude (another namespace's, with
+ * the default -n 0) should cost next to nothing.
+ */
+static __always_inline bool read_selected(__u32 hook, const struct sock *sk, const struct stamp *s, __u64 *cgroup)
 {
-	__u64 cgroup = 0;
-
+	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
+		return false;
 	if (!queue_long_enough(sk, hook == HOOK_UDP_SOCK_READ))
-		return;
+		return false;
 	if (filter_pid) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 		if (!bpf_map_lookup_elem(&pid_filter, &tgid))
-			return;
+			return false;
 	}
+	*cgroup = 0;
 	if (filter_cgroup || group_by_cgroup)
-		cgroup = bpf_get_current_cgroup_id();
-	if (filter_cgroup && !bpf_map_lookup_elem(&cgroup_filter, &cgroup))
-		return;
-	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
-		return;
+		*cgroup = bpf_get_current_cgroup_id();
+	return !filter_cgroup || bpf_map_lookup_elem(&cgroup_filter, cgroup);
+}
+
+/* record_read records a selected read: in the reading task's context. */
+static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s, __u64 cgroup)
+{
 	report_slow(hook, record(hook, s, cgroup, sk, NULL, true), s, sk, NULL, true);
 }
 
@@ -194,7 +203,7 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 		return;
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
-	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
+	if (ifindex_allowed(s.ifindex))
 		report_slow(HOOK_TCP_SOCK_ENQUEUED, record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, sk, NULL, false), &s, sk, NULL, false);
 }
 
@@ -239,8 +248,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 	for (int i = WALK_BACK - 1; i >= 0; i--) {
 		if (i >= n)
 			continue;
-		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
-		    netns_allowed(sk_netns(sk)))
+		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex))
 			report_slow(HOOK_UDP_SOCK_ENQUEUED, record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false),
 				    &fresh[i], sk, NULL, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
@@ -313,14 +321,21 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 	return true;
 }
 
-/* A TCP read that returned data; s is the newest stamp it copied. */
+/* A TCP read that returned data; s is the newest stamp it copied. The
+ * head-of-line check reads a tcp_sock line no read touches otherwise
+ * (rcv_ooopack, among the retransmission fields), so it comes after the
+ * filters. */
 static __always_inline void record_tcp_read(struct sock *sk, const struct stamp *s)
 {
+	__u64 cgroup;
+
+	if (!read_selected(HOOK_TCP_SOCK_READ, sk, s, &cgroup))
+		return;
 	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
 		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
 		return;
 	}
-	record_read(HOOK_TCP_SOCK_READ, sk, s);
+	record_read(HOOK_TCP_SOCK_READ, sk, s, cgroup);
 }
 
 static __always_inline void tcp_read(struct sock *sk, int ret)
@@ -355,6 +370,7 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	struct udp_fifo *f;
 	struct stamp h = {}, s;
 	__u32 consumed, first;
+	__u64 cgroup;
 
 	f = bpf_sk_storage_get(&udp_fifos, sk, NULL, 0);
 	if (!f)
@@ -387,8 +403,8 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	}
 	s = f->ring[(first + consumed - 1) % FIFO_LEN];
 	f->head = first + consumed;
-	if (ret >= 0)
-		record_read(HOOK_UDP_SOCK_READ, sk, &s);
+	if (ret >= 0 && read_selected(HOOK_UDP_SOCK_READ, sk, &s, &cgroup))
+		record_read(HOOK_UDP_SOCK_READ, sk, &s, cgroup);
 }
 
 
