@@ -316,9 +316,36 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		if fault := infrastructureFault(o.res, cfg.kernelTimeout); fault != "" {
 			fmt.Fprintf(w, "  infrastructure fault, no retry left (-retries %d): %s\n", cfg.retries, fault)
 		}
+		stallEvidence(w, o.res.Stall)
 		failedTestLogs(w, o.res)
 	}
 	return ok
+}
+
+// stallEvidence prints where each CPU dumped by a stall report was, and
+// which of our programs was on its path: what tells a lockup of ours from
+// the emulator's.
+func stallEvidence(w io.Writer, s *protocol.Stall) {
+	const maxDumps = 8
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "  %d stall report(s), the first: %s\n", s.Reports, s.First)
+	for i, c := range s.CPUs {
+		if i == maxDumps {
+			fmt.Fprintf(w, "    (%d more CPU dumps in the console log)\n", len(s.CPUs)-maxDumps)
+			break
+		}
+		at, _ := protocol.CodeAt(c.Code)
+		fmt.Fprintf(w, "    CPU %d at %ss: %s, code % x", c.CPU, c.Time, c.RIP, at[:min(len(at), 5)])
+		if c.TrapRIP != "" {
+			fmt.Fprintf(w, ", trapped on an int3 before %s", c.TrapRIP)
+		}
+		if c.Ours != "" {
+			fmt.Fprintf(w, "; our program on its path: %s", c.Ours)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // failedTestLogs prints what each failed test logged (its last lines).
