@@ -64,6 +64,13 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 		{"lockup-jump-site-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
 			"CPU 0 stuck at inet_create+0x259/0x380, a static key's short jump (eb 02), at 180.325975s and 181.697503s " +
 			"([  180.325975] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [._internal_conn:101])"},
+		// Both CPUs at one static key's jump in sk_filter_trim_cap: the RCU
+		// stall dumps CPU 1 twice at the same instant (one sample), the soft
+		// lockup 6.5 s later CPU 0 (captured likewise, with the owners
+		// iterator of session 6; cut after the soft lockup report).
+		{"lockup-two-cpus-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
+			"CPUs 1 and 0 stuck at sk_filter_trim_cap+0x36/0x250, a static key's short jump (eb 3c), at 217.851381s and 224.349495s " +
+			"([  217.851381] rcu: INFO: rcu_preempt self-detected stall on CPU)"},
 		// A test failed before the emulator fault: a failure stays a failure.
 		{"fail-then-int3.log", ""},
 	} {
@@ -121,6 +128,11 @@ func TestLockupsTheEmulatorDidNotCause(t *testing.T) {
 		// At a static key's jump once: a CPU interrupted there by chance.
 		{"one report at a jump site", consoleEdited(t, jump, func(lines []string) []string {
 			i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "rcu: INFO:") })
+			return lines[:i]
+		})},
+		// One dump, printed twice at the same instant by one report.
+		{"one sample, dumped twice", consoleEdited(t, "lockup-two-cpus-6.1.log", func(lines []string) []string {
+			i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "soft lockup") })
 			return lines[:i]
 		})},
 		// The int3 that trapped is in memory: a real breakpoint, not a stale
