@@ -69,7 +69,7 @@ func writeInitramfs(file string, a *artifacts, plan protocol.Plan, modules []deb
 
 func newPlan(a *artifacts, modules []debian.Module, cfg config) protocol.Plan {
 	p := protocol.Plan{Stacktop: "/bin/stacktop", Backends: cfg.backends,
-		SuiteTimeout: cfg.suiteTimeout.String(), TestRun: cfg.run}
+		SuiteTimeout: cfg.suiteTimeout.String(), TestRun: cfg.run, TestCount: cfg.count}
 	for _, m := range modules {
 		p.Modules = append(p.Modules, "/lib/modules/"+m.Name+".ko")
 	}
