@@ -165,8 +165,9 @@ func consoleLog(work, kernel string, n int) string {
 // the instruction again, which the emulator runs as the int3 again,
 // forever ("x86/kprobes: Drop removed INT3 handling code", 6.3, removed
 // that back-up). The reports show the loop in one of two ways:
-//   - a CPU caught in the int3 entry whose interrupted frame's code has no
-//     int3 before its RIP: it trapped on an int3 that is not in memory;
+//   - a CPU caught handling an int3 whose interrupted frame is one byte
+//     into a static key's nop or jump: it trapped on an int3 that is no
+//     longer in memory;
 //   - CPUs found at the same address in dumps taken at two different
 //     times, where the code is a static key's 2- or 5-byte nop or jump:
 //     such an instruction cannot hold a CPU, only the back-up can bring it
@@ -176,12 +177,13 @@ func lockupFault(s *protocol.Stall) string {
 		return ""
 	}
 	for _, c := range s.CPUs {
-		if !c.InInt3Entry() || c.TrapRIP == "" {
+		if !c.Int3 || c.TrapRIP == "" {
 			continue
 		}
-		if _, before := protocol.CodeAt(c.TrapCode); before >= 0 && before != 0xcc {
-			return fmt.Sprintf("CPU %d trapped on an int3 at %s, where the kernel's code holds %02x, not the int3 (cc) (%s)",
-				c.CPU, int3Address(c.TrapRIP), before, s.First)
+		at, before := protocol.CodeAt(c.TrapCode)
+		if insn := jumpSite(append([]byte{byte(before)}, at...)); before >= 0 && insn != "" {
+			return fmt.Sprintf("CPU %d trapped on an int3 at %s, where memory holds a static key's %s (%s)",
+				c.CPU, int3Address(c.TrapRIP), insn, s.First)
 		}
 	}
 	first := map[string]*protocol.CPUReport{} // per address, the first dump there

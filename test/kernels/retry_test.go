@@ -56,8 +56,13 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 		// byte that is not an int3 (captured in CI; the stall report and
 		// the markers, what the runner reads before it stops the guest).
 		{"int3-loop-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
-			"CPU 0 trapped on an int3 at sk_filter_trim_cap+0x36, where the kernel's code holds 66, not the int3 (cc) " +
+			"CPU 0 trapped on an int3 at sk_filter_trim_cap+0x36, where memory holds a static key's 2-byte nop (66 90) " +
 			"([  662.027837] rcu: INFO: rcu_preempt self-detected stall on CPU)"},
+		// The same caught in the common exception entry (error_entry), the
+		// int3 entry named by the unwinder (captured likewise, no iterator).
+		{"lockup-error-entry-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
+			"CPU 0 trapped on an int3 at sk_filter_trim_cap+0x36, where memory holds a static key's short jump (eb 3c) " +
+			"([  368.734499] rcu: INFO: rcu_preempt self-detected stall on CPU)"},
 		// The same loop caught between two int3s: CPU 0 at a static key's
 		// jump in inet_create in a soft lockup and an RCU stall report
 		// (captured on 6.1 with TestStartupUnderChurn alone, cut likewise).

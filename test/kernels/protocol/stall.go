@@ -39,17 +39,18 @@ type CPUReport struct {
 	// ("sk_filter_trim_cap+0x36/0x250"), Code the code bytes the kernel
 	// printed around it, the one at RIP in angle brackets.
 	RIP, Code string
-	// When RIP is in the breakpoint exception's entry, TrapRIP and TrapCode
-	// are the interrupted frame's: the address after the int3 that trapped.
+	// TrapRIP and TrapCode are the frame the CPU's exception or interrupt
+	// interrupted, when the dump has one (the next kernel RIP in its call
+	// trace); after an int3, the address following the int3.
 	TrapRIP, TrapCode string
+	// Int3 says the CPU was handling a breakpoint: its RIP is in the int3
+	// exception's code, or its call trace names the int3 entry (the
+	// common exception entry, error_entry, is no int3 of itself).
+	Int3 bool
 	// Ours is the first line of the dump that puts one of our BPF programs
 	// (or the trampoline calling one) on the CPU's path, or "".
 	Ours string
 }
-
-// InInt3Entry reports whether the CPU was in the breakpoint exception's
-// handling when the dump was taken.
-func (c *CPUReport) InInt3Entry() bool { return int3Entry.MatchString(c.RIP) }
 
 const (
 	maxStallLines = 400
@@ -69,6 +70,7 @@ var (
 	userRIP      = regexp.MustCompile(`RIP: 0033:`)
 	codeLine     = regexp.MustCompile(`\] Code: (.*)$`)
 	int3Entry    = regexp.MustCompile(`^(?:asm_exc_int3|exc_int3|do_int3|poke_int3_handler|kprobe_int3_handler)\+`)
+	int3Frame    = regexp.MustCompile(`\]\s+(?:\? )?asm_exc_int3\+`)
 	// OurFrame matches a line that puts one of our BPF programs (or the
 	// trampoline that calls it) on a CPU's path: the RIP, or a call-trace
 	// frame the unwinder is sure of (it marks guesses with "? ").
@@ -118,10 +120,14 @@ func (s *Stall) line(p *stallParser, line string) {
 	if p.cur.Ours == "" && OurFrame.MatchString(line) {
 		p.cur.Ours = strings.TrimSpace(line)
 	}
+	if int3Frame.MatchString(line) {
+		p.cur.Int3 = true
+	}
 	switch m := kernelRIP.FindStringSubmatch(line); {
 	case m != nil && p.cur.RIP == "":
 		p.cur.RIP, p.code = m[1], &p.cur.Code
-	case m != nil && p.cur.InInt3Entry() && p.cur.TrapRIP == "":
+		p.cur.Int3 = p.cur.Int3 || int3Entry.MatchString(m[1])
+	case m != nil && p.cur.TrapRIP == "":
 		p.cur.TrapRIP, p.code = m[1], &p.cur.TrapCode
 	case m != nil || userRIP.MatchString(line):
 		p.code = nil

@@ -34,14 +34,14 @@ func TestStallReadsEachCPUsDump(t *testing.T) {
 		t.Fatalf("%d CPU dumps, want 2: %+v", len(s.CPUs), s.CPUs)
 	}
 	c0, c1 := s.CPUs[0], s.CPUs[1]
-	if c0.CPU != 0 || c0.RIP != "asm_exc_int3+0x0/0x40" || !c0.InInt3Entry() ||
+	if c0.CPU != 0 || c0.RIP != "asm_exc_int3+0x0/0x40" || !c0.Int3 ||
 		c0.TrapRIP != "sk_filter_trim_cap+0x37/0x250" || c0.Ours != "" {
 		t.Errorf("CPU 0: %+v", c0)
 	}
 	if at, before := CodeAt(c0.TrapCode); before != 0x66 || !slices.Equal(at[:2], []byte{0x90, 0x48}) {
 		t.Errorf("CPU 0 trap code %q: at % x, before %x", c0.TrapCode, at, before)
 	}
-	if c1.CPU != 1 || c1.RIP != "sk_filter_trim_cap+0x36/0x250" || c1.InInt3Entry() || c1.TrapRIP != "" || c1.Ours != "" {
+	if c1.CPU != 1 || c1.RIP != "sk_filter_trim_cap+0x36/0x250" || c1.Int3 || c1.TrapRIP != "" || c1.Ours != "" {
 		t.Errorf("CPU 1: %+v", c1)
 	}
 	if at, _ := CodeAt(c1.Code); !slices.Equal(at[:2], []byte{0x66, 0x90}) {
@@ -50,6 +50,21 @@ func TestStallReadsEachCPUsDump(t *testing.T) {
 	// The markers before the stall are read as ever.
 	if r.BootSeconds != 6.52 || r.Doctor == nil || len(r.Runs) != 16 {
 		t.Errorf("boot %v, doctor %v, %d runs", r.BootSeconds, r.Doctor != nil, len(r.Runs))
+	}
+}
+
+// A CPU caught in the common exception entry is in the int3's when its
+// trace names the int3 entry (here only as the unwinder's guess).
+func TestStallInt3FromTheTrace(t *testing.T) {
+	s := collectFile(t, "lockup-error-entry-6.1.log").Stall
+	if s == nil || len(s.CPUs) != 2 {
+		t.Fatalf("stall %+v", s)
+	}
+	if c := s.CPUs[0]; c.CPU != 0 || c.RIP != "error_entry+0xc6/0x130" || !c.Int3 || c.TrapRIP != "sk_filter_trim_cap+0x37/0x250" {
+		t.Errorf("CPU 0: %+v", c)
+	}
+	if c := s.CPUs[1]; c.CPU != 1 || c.Int3 || c.TrapRIP != "" {
+		t.Errorf("CPU 1: %+v", c)
 	}
 }
 
