@@ -348,8 +348,11 @@ func stallEvidence(w io.Writer, s *protocol.Stall) {
 		}
 		at, _ := protocol.CodeAt(c.Code)
 		fmt.Fprintf(w, "    CPU %d at %ss: %s, code % x", c.CPU, c.Time, c.RIP, at[:min(len(at), 5)])
-		if c.TrapRIP != "" {
+		switch {
+		case c.TrapRIP != "" && c.Int3:
 			fmt.Fprintf(w, ", trapped on an int3 before %s", c.TrapRIP)
+		case c.TrapRIP != "":
+			fmt.Fprintf(w, ", interrupting %s", c.TrapRIP)
 		}
 		if c.Ours != "" {
 			fmt.Fprintf(w, "; our program on its path: %s", c.Ours)
