@@ -125,6 +125,12 @@ func TestLockupsTheEmulatorDidNotCause(t *testing.T) {
 		// One of our programs under the stuck CPU, as the unwinder is sure.
 		{"our program on the path", consoleEdited(t, jump, replaceIn(t, "  __sock_create+0x10a/0x1c0",
 			"  bpf_prog_6deef7357e7b4530_conns_sock_create+0x2c/0x44"))},
+		// Our program under the stuck CPU, while the report also names
+		// the int3 machinery (here an unwinder's guess).
+		{"our program, text_poke named", consoleEdited(t, jump, func(lines []string) []string {
+			lines = replaceIn(t, "  __sock_create+0x10a/0x1c0", "  bpf_prog_6deef7357e7b4530_conns_sock_create+0x2c/0x44")(lines)
+			return replaceIn(t, "  ? do_epoll_ctl+0x1bd/0xf50", "  ? poke_int3_handler+0x1bd/0xf50")(lines)
+		})},
 		// Stuck twice in a loop (pause; jmp back), not at a static key.
 		{"a spinning CPU", consoleEdited(t, jump, func(lines []string) []string {
 			both := replaceIn(t, "<eb> 02 eb ce", "<f3> 90 eb fc")

@@ -77,6 +77,9 @@ var (
 	OurFrame = regexp.MustCompile(`RIP: [0-9a-f]{4}:bpf_(prog|trampoline)_|\]\s+bpf_(prog|trampoline)_|^\s+bpf_(prog|trampoline)_`)
 )
 
+// IsStall reports whether a console line opens a stall report.
+func IsStall(line string) bool { return stallHeader.MatchString(line) }
+
 // stallParser follows the register dumps of a stall's reports.
 type stallParser struct {
 	cur *CPUReport
