@@ -219,7 +219,9 @@ func jumpSite(code []byte) string {
 	switch {
 	case len(code) >= 2 && code[0] == 0x66 && code[1] == 0x90:
 		return "2-byte nop (" + hex(2) + ")"
-	case len(code) >= 5 && string(code[:5]) == "\x0f\x1f\x44\x00\x00":
+	case len(code) >= 5 && (string(code[:5]) == "\x0f\x1f\x44\x00\x00" || string(code[:5]) == "\x66\x66\x66\x66\x90"):
+		// P6 and K8 5-byte nops: before 5.14 the kernel chose its atomic
+		// nop by CPU, and 5.10 under qemu64 takes the K8 one.
 		return "5-byte nop (" + hex(5) + ")"
 	case len(code) >= 2 && code[0] == 0xeb && code[1] != 0xfe:
 		return "short jump (" + hex(2) + ")"

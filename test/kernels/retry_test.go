@@ -69,6 +69,13 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 		{"lockup-jump-site-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
 			"CPU 0 stuck at inet_create+0x259/0x380, a static key's short jump (eb 02), at 180.325975s and 181.697503s " +
 			"([  180.325975] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [._internal_conn:101])"},
+		// 5.10, with the accept tracepoints and TCP iterators it refuses
+		// before 5.15 off: CPU 0 at the same static key, a K8 5-byte nop
+		// there, in an RCU stall and a soft lockup (captured from another
+		// engineer's run of main; cut after the soft lockup report).
+		{"lockup-nop5-5.10.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
+			"CPU 0 stuck at sk_filter_trim_cap+0x36/0x210, a static key's 5-byte nop (66 66 66 66 90), at 140.100375s and 164.591437s " +
+			"([  140.100375] rcu: INFO: rcu_sched self-detected stall on CPU)"},
 		// Both CPUs at one static key's jump in sk_filter_trim_cap: the RCU
 		// stall dumps CPU 1 twice at the same instant (one sample), the soft
 		// lockup 6.5 s later CPU 0 (captured likewise, with the owners
