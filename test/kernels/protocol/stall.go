@@ -33,7 +33,7 @@ func (s *Stall) Size() int {
 
 // CPUReport is one register dump in a stall report: where one CPU was.
 type CPUReport struct {
-	CPU  int    // -1 when the dump does not say
+	CPU  int    // from "CPU: N" or "NMI backtrace for cpu N"
 	Time string // the kernel's timestamp of the dump ("662.041078")
 	// RIP is the kernel function, offset and size the CPU was at
 	// ("sk_filter_trim_cap+0x36/0x250"), Code the code bytes the kernel
