@@ -323,21 +323,7 @@ func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 	if sel, err = f.sel.Parse(); err != nil {
 		return cfg, sel, err
 	}
-	cfg.PIDs = sel.PIDs
-	for _, ifc := range sel.Interfaces {
-		cfg.Ifindexes = append(cfg.Ifindexes, uint32(ifc.Index))
-	}
-	for _, c := range sel.Cgroups {
-		cfg.Cgroups = append(cfg.Cgroups, c.ID)
-	}
-	switch {
-	case sel.Netns.All:
-		cfg.Netns = latency.AllNetns
-	case sel.Netns.Own:
-		cfg.Netns = latency.OwnNetns
-	default:
-		cfg.Netns = int64(sel.Netns.Inode)
-	}
+	cfg.Select(sel)
 	q, err := strconv.ParseUint(f.minQueue, 10, 32)
 	if err != nil || q > 65536 {
 		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")

@@ -184,23 +184,17 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if !o.collectLatency && !o.collectConns {
 		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
 	}
-	var latencySel selector.Selection
 	var err error
-	if c.latency, latencySel, err = o.probes.config(); err != nil {
+	if c.latency, c.selection, err = o.probes.config(); err != nil {
 		return c, err
 	}
 	if c.latency.Hooks, err = o.latencyHooks(c.latency.Hooks); err != nil {
 		return c, err
 	}
-	// The probes' selection selects the connections too, except that
-	// without -n connections of every namespace are exported.
-	if !o.probes.sel.NetnsChanged() {
-		latencySel.Netns = selector.Netns{All: true}
-	}
-	if c.sel, err = o.conns.CompileWith(latencySel); err != nil {
+	// The probes' selection selects the connections too.
+	if c.sel, err = o.conns.CompileWith(c.selection); err != nil {
 		return c, err
 	}
-	c.selection = latencySel
 	pods, err := o.pods.Resolver()
 	if err != nil {
 		return c, err

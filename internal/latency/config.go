@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // Network namespace selections besides an inode number (netstacklat's -n).
@@ -42,6 +43,27 @@ type Config struct {
 	SlowLimit uint32
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
+}
+
+// Select applies a selection (-p, -c, -i, -n): the reading processes and
+// cgroups, the interfaces by index and the namespaces, as the kernel filters
+// them.
+func (c *Config) Select(sel selector.Selection) {
+	c.PIDs, c.Ifindexes, c.Cgroups = sel.PIDs, nil, nil
+	for _, ifc := range sel.Interfaces {
+		c.Ifindexes = append(c.Ifindexes, uint32(ifc.Index))
+	}
+	for _, cg := range sel.Cgroups {
+		c.Cgroups = append(c.Cgroups, cg.ID)
+	}
+	switch {
+	case sel.Netns.All:
+		c.Netns = AllNetns
+	case sel.Netns.Own:
+		c.Netns = OwnNetns
+	default:
+		c.Netns = int64(sel.Netns.Inode)
+	}
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
@@ -103,20 +125,20 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 }
 
 // fillFilters puts the filter values into the loaded maps.
-func fillFilters(maps map[string]*ebpf.Map, cfg Config) error {
+func fillFilters(maps *latencyMaps, cfg Config) error {
 	one := uint8(1)
 	for _, pid := range cfg.PIDs {
-		if err := maps[latencyMapPidFilter].Put(pid, one); err != nil {
+		if err := maps.PidFilter.Put(pid, one); err != nil {
 			return fmt.Errorf("pid filter: %w", err)
 		}
 	}
 	for _, idx := range cfg.Ifindexes {
-		if err := maps[latencyMapIfindexFilter].Put(idx, one); err != nil {
+		if err := maps.IfindexFilter.Put(idx, one); err != nil {
 			return fmt.Errorf("interface filter: %w", err)
 		}
 	}
 	for _, id := range cfg.Cgroups {
-		if err := maps[latencyMapCgroupFilter].Put(id, one); err != nil {
+		if err := maps.CgroupFilter.Put(id, one); err != nil {
 			return fmt.Errorf("cgroup filter: %w", err)
 		}
 	}

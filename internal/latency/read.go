@@ -155,7 +155,7 @@ type keyedSeries struct {
 func (t *Tracer) Read() ([]hist.Series, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	if t.maps[latencyMapHists] == nil {
+	if t.objs.Hists == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
 	var out []keyedSeries
@@ -212,7 +212,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 	var key latencyHistKey
 	var perCPU []latencyHistValue
-	it := t.maps[latencyMapHists].Iterate()
+	it := t.objs.Hists.Iterate()
 	for it.Next(&key, &perCPU) {
 		fn(key, perCPU)
 	}
@@ -220,7 +220,7 @@ func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 		return fmt.Errorf("reading histograms: %w", err)
 	}
 	var hook latencyHook
-	it = t.maps[latencyMapHookHists].Iterate()
+	it = t.objs.HookHists.Iterate()
 	for it.Next(&hook, &perCPU) {
 		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
 			fn(latencyHistKey{Hook: uint16(hook)}, perCPU)
@@ -270,7 +270,7 @@ type Counter struct {
 func (t *Tracer) Counters() ([]Counter, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps[latencyMapCounters]
+	m := t.objs.Counters
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}

@@ -156,7 +156,7 @@ func (r *slowReader) ifaceName(idx, netns uint32) string {
 func (t *Tracer) SlowDrops() (SlowDrops, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps[latencyMapSlowDrops]
+	m := t.objs.SlowDrops
 	if m == nil {
 		return SlowDrops{}, fmt.Errorf("tracer is closed")
 	}
