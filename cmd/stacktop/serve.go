@@ -67,7 +67,9 @@ application read it; Cloudflare's configuration), on every kernel alike.
 --latency.probes tcp-socket-read,udp-socket-read adds UDP: cheap with the
 fentry backend (one program per UDP read), a program on every received
 packet, TCP included, with the tracepoint backend. --latency.probes all (or
-a list) runs the others. --compat ebpf_exporter exports the histograms as
+a list) runs the others, and --at SPEC (as for stacktop latency)
+adds a probe at a tracepoint or kernel function of your choosing, its
+series labelled hook="SPEC". --compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
@@ -217,6 +219,8 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 	list := strings.Join(o.latencyProbes, ",")
 	explicit := len(o.probes.enable) > 0 || len(o.probes.disable) > 0
 	switch {
+	case !o.collectLatency && len(o.probes.at) > 0:
+		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --at %q", o.probes.at[0])
 	case !o.collectLatency && (o.latencyProbes != nil || explicit):
 		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with a choice of latency probes")
 	case o.latencyProbes != nil && explicit:

@@ -144,8 +144,9 @@ func attachedHooks(body string) []string {
 }
 
 // serve attaches by default only the socket-read latency probes, the
-// others one --latency.probes away, and the collector toggles leave out
-// what is switched off: not attached, not exported.
+// others one --latency.probes away, --at adds its probe to them, and the
+// collector toggles leave out what is switched off: not attached, not
+// exported.
 func TestServeProbeSetAndCollectors(t *testing.T) {
 	cases := []struct {
 		args       []string
@@ -156,6 +157,7 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 		{[]string{"--no-collector.connections", "--latency.probes", "udp-start,tcp-start"}, "tcp-start,udp-start", false},
 		{[]string{"--collector.latency=false"}, "tcp-destroy,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "-d", "ip-start"}, "tcp-socket-enqueued,tcp-socket-read,tcp-start,udp-socket-enqueued,udp-socket-read,udp-start", false},
+		{[]string{"--no-collector.connections", "--at", "tracepoint:net:netif_receive_skb"}, "tcp-socket-read,tracepoint:net:netif_receive_skb", false},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

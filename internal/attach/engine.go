@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"sync"
 
@@ -132,7 +133,7 @@ func (e *Engine) attachBackend(h *Hook, b *Backend) error {
 	before := len(e.attached)
 	have := 0 // programs of b attached, by this call or before
 	for _, p := range b.Programs {
-		if e.find(p.Name, p.Target) != nil {
+		if e.find(p) != nil {
 			have++
 			continue
 		}
@@ -154,12 +155,12 @@ func (e *Engine) attachBackend(h *Hook, b *Backend) error {
 	return nil
 }
 
-// find returns the attachment of the program with this name at this
-// target: a program retargeted at run time (Program.Target) is attached
-// once per target.
-func (e *Engine) find(name, target string) *attachment {
+// find returns the attachment of program p: a program retargeted at run
+// time (Program.Target, Program.Constants) is attached once per target and
+// constants.
+func (e *Engine) find(p Program) *attachment {
 	for _, a := range e.attached {
-		if a.Name == name && a.Target == target {
+		if a.Name == p.Name && a.Target == p.Target && reflect.DeepEqual(a.Constants, p.Constants) {
 			return a
 		}
 	}
@@ -229,12 +230,37 @@ func (e *Engine) load(p Program) (*ebpf.Program, error) {
 	for m := range e.missing {
 		delete(one.Maps, m)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: e.maps, Cache: kernelBTF})
+	shared, err := e.constants(one, p)
+	if err != nil {
+		return nil, err
+	}
+	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: shared, Cache: kernelBTF})
 	if err != nil {
 		return nil, err // names the program
 	}
 	defer coll.Close()
 	return coll.DetachProgram(p.Name), nil
+}
+
+// constants sets p's Constants in its copy of the spec, one, and returns
+// the maps it shares: all of the engine's but the read-only sections that
+// hold those constants, which p gets of its own.
+func (e *Engine) constants(one *ebpf.CollectionSpec, p Program) (map[string]*ebpf.Map, error) {
+	if len(p.Constants) == 0 {
+		return e.maps, nil
+	}
+	shared := maps.Clone(e.maps)
+	for name, value := range p.Constants {
+		v := one.Variables[name]
+		if v == nil || !v.Constant() {
+			return nil, fmt.Errorf("load %s: the object has no constant %s", p.Name, name)
+		}
+		if err := v.Set(value); err != nil {
+			return nil, fmt.Errorf("load %s: setting %s: %w", p.Name, name, err)
+		}
+		delete(shared, v.SectionName)
+	}
+	return shared, nil
 }
 
 // Attached is one attached program, for statistics and tests.
@@ -265,7 +291,7 @@ func (e *Engine) Attached() []Attached {
 func (e *Engine) Iterator(name string) *link.Iter {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if a := e.find(name, ""); a != nil {
+	if a := e.find(Program{Name: name}); a != nil {
 		it, _ := a.link.(*link.Iter)
 		return it
 	}

@@ -2,24 +2,30 @@ package attach
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
-// The test object: tp_btf programs that use one map, and one whose target
-// the kernel does not have, so that it is refused at load.
+// The test object: tp_btf programs that use one map, one whose target
+// the kernel does not have, so that it is refused at load, and one that
+// reads a constant.
 const (
 	progState   = "state"   // inet_sock_set_state
 	progOther   = "other"   // sock_rcvqueue_full in its section; tests retarget it
 	progMissing = "missing" // a function no kernel has
+	progConst   = "const"   // inet_sock_set_state, reads varValue
 	mapCounts   = "counts"
+	mapRodata   = ".rodata"
+	varValue    = "value" // a volatile const __u64 in .rodata
 )
 
 func testSpec() *ebpf.CollectionSpec {
@@ -31,14 +37,27 @@ func testSpec() *ebpf.CollectionSpec {
 				asm.Return(),
 			}}
 	}
+	constant := prog("inet_sock_set_state")
+	constant.Instructions = asm.Instructions{
+		asm.LoadMapValue(asm.R1, 0, 0).WithReference(mapRodata),
+		asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0),
+		asm.Return(),
+	}
 	return &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{
 			mapCounts: {Name: mapCounts, Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+			mapRodata: {Name: mapRodata, Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+				Flags: unix.BPF_F_RDONLY_PROG, Contents: []ebpf.MapKV{{Key: uint32(0), Value: make([]byte, 8)}}},
+		},
+		Variables: map[string]*ebpf.VariableSpec{
+			varValue: {Name: varValue, SectionName: mapRodata, Value: make([]byte, 8)},
 		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			progState:   prog("inet_sock_set_state"),
 			progOther:   prog("sock_rcvqueue_full"),
 			progMissing: prog("stacktop_no_such_function"),
+			progConst:   constant,
 		},
 	}
 }
@@ -165,33 +184,98 @@ func TestRuntimeTarget(t *testing.T) {
 	if want := []string{"inet_sock_set_state", "sock_exceed_buf_limit"}; !slices.Equal(targets, want) {
 		t.Errorf("attached at %v, want %v", targets, want)
 	}
-	a := e.Attached()[0]
-	info, err := a.Program.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, _ := info.MapIDs()
+	ids := mapsOf(t, e.Attached()[0].Program)
 	var maps struct {
 		Counts *ebpf.Map `ebpf:"counts"`
 	}
 	if err := e.AssignMaps(&maps); err != nil {
 		t.Fatal(err)
 	}
-	mi, err := maps.Counts.Info()
+	if want := mapID(t, maps.Counts); !slices.Contains(ids, want) {
+		t.Errorf("program uses maps %v, want the engine's %d among them", ids, want)
+	}
+}
+
+// TestRuntimeConstants: a program given constants of its own is loaded
+// with a .rodata of its own that holds them, once per set of values; without
+// them it shares the engine's.
+func TestRuntimeConstants(t *testing.T) {
+	e := load(t)
+	for _, v := range []map[string]any{{varValue: uint64(7)}, {varValue: uint64(9)}, {varValue: uint64(7)}, nil} {
+		p := tracing(progConst)
+		p.Constants = v
+		h := &Hook{Name: fmt.Sprint("const ", v), Backends: []Backend{{Backend: features.Tracepoint, Programs: []Program{p}}}}
+		if _, err := e.Attach(h, features.Auto); err != nil {
+			t.Fatalf("Attach: %v", err)
+		}
+	}
+	var shared struct {
+		Rodata *ebpf.Map `ebpf:".rodata"`
+	}
+	if err := e.AssignMaps(&shared); err != nil {
+		t.Fatal(err)
+	}
+	sharedID := mapID(t, shared.Rodata)
+	var got []string
+	for _, a := range e.Attached() {
+		m := rodataOf(t, a.Program)
+		id := mapID(t, m)
+		var value uint64
+		if err := m.Lookup(uint32(0), &value); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d shared=%v", value, id == sharedID))
+	}
+	if want := []string{"7 shared=false", "9 shared=false", "0 shared=true"}; !slices.Equal(got, want) {
+		t.Errorf("attached programs' .rodata: %v, want %v", got, want)
+	}
+}
+
+// mapsOf returns the ids of the maps program p uses.
+func mapsOf(t *testing.T, p *ebpf.Program) []ebpf.MapID {
+	t.Helper()
+	info, err := p.Info()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := mi.ID()
-	if !slices.Contains(ids, want) {
-		t.Errorf("program uses maps %v, want the engine's %d among them", ids, want)
+	ids, _ := info.MapIDs()
+	return ids
+}
+
+// mapID returns the kernel's id of map m.
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
 	}
+	id, _ := info.ID()
+	return id
+}
+
+// rodataOf opens the .rodata map program p uses.
+func rodataOf(t *testing.T, p *ebpf.Program) *ebpf.Map {
+	t.Helper()
+	ids := mapsOf(t, p)
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		if mi, err := m.Info(); err == nil && mi.Name == mapRodata {
+			return m
+		}
+	}
+	t.Fatalf("program uses maps %v, none named %s", ids, mapRodata)
+	return nil
 }
 
 // TestCheck: the table's mistakes are named.
 func TestCheck(t *testing.T) {
 	spec := testSpec()
 	good := []Hook{{Name: "a", Backends: []Backend{{Backend: features.Tracepoint,
-		Programs: []Program{tracing(progState), tracing(progOther), tracing(progMissing)}}}}}
+		Programs: []Program{tracing(progState), tracing(progOther), tracing(progMissing), tracing(progConst)}}}}}
 	if err := Check(spec, good); err != nil {
 		t.Errorf("Check(good): %v", err)
 	}

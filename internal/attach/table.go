@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -95,7 +96,14 @@ type Program struct {
 	// Target is where a Tracing program attaches when not where its
 	// section says (a user-defined probe: the kernel function or raw
 	// tracepoint), and a Tracepoint program's "category:name".
-	Target    string
+	Target string
+	// Constants are values of the object's read-only globals (volatile
+	// const) for this program alone: it is loaded with a .rodata of its
+	// own, on whose values the verifier prunes as on the shared one's. A
+	// user-defined probe uses them to tell its copy of a generic program
+	// which hook it records and which argument is its packet. A program
+	// attaches once per Target and Constants.
+	Constants map[string]any
 	Netfilter NetfilterPoint  // Kind Netfilter
 	Cgroup    ebpf.AttachType // Kind Cgroup
 	// Optional: the hook keeps the programs attached before it when this
@@ -152,7 +160,7 @@ func Check(spec *ebpf.CollectionSpec, hooks []Hook) error {
 				if spec.Programs[p.Name] == nil {
 					errs = append(errs, fmt.Errorf("hook %s: program %s is not in the object", h.Name, p.Name))
 				}
-				if prev, ok := seen[p.Name]; ok && prev != p {
+				if prev, ok := seen[p.Name]; ok && !reflect.DeepEqual(prev, p) {
 					errs = append(errs, fmt.Errorf("hook %s: program %s attaches as %+v here, as %+v elsewhere", h.Name, p.Name, p, prev))
 				}
 				if _, _, err := p.tracepoint(); p.Kind == Tracepoint && err != nil {

@@ -41,6 +41,9 @@ type Config struct {
 	// events per second (0: no bound). Both count what they cannot deliver.
 	Slow      time.Duration
 	SlowLimit uint32
+	// At are probes the user names (--at), recorded as hooks after the
+	// built-in ones; at most MaxAt, each at a different point.
+	At []At
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
 }
@@ -107,6 +110,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 			return fmt.Errorf("setting %s: %w", c.v.Name, err)
 		}
 	}
+	// The --at probes' hooks follow the built-in ones.
+	nHooks := uint32(numHooks) + uint32(len(cfg.At))
+	s.HookHists.MaxEntries = nHooks
+	s.Counters.MaxEntries = nHooks * uint32(numReasons)
 	s.PidFilter.MaxEntries = uint32(max(len(cfg.PIDs), 1))
 	s.IfindexFilter.MaxEntries = uint32(max(len(cfg.Ifindexes), 1))
 	s.CgroupFilter.MaxEntries = uint32(max(len(cfg.Cgroups), 1))

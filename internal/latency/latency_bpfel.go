@@ -163,6 +163,7 @@ const (
 	latencyMapTcpStates                   = "tcp_states"
 	latencyMapTcpStatesBySock             = "tcp_states_by_sock"
 	latencyMapUdpFifos                    = "udp_fifos"
+	latencyProgFentryAt                   = "fentry_at"
 	latencyProgFentryIp6RcvCore           = "fentry_ip6_rcv_core"
 	latencyProgFentryIpRcvCore            = "fentry_ip_rcv_core"
 	latencyProgFentrySkbConsumeUdp        = "fentry_skb_consume_udp"
@@ -175,9 +176,13 @@ const (
 	latencyProgFexitUdpEnqueueScheduleSkb = "fexit_udp_enqueue_schedule_skb"
 	latencyProgNfIpStart                  = "nf_ip_start"
 	latencyProgNfL4Start                  = "nf_l4_start"
+	latencyProgTpAt                       = "tp_at"
 	latencyProgTpSkDataReady              = "tp_sk_data_ready"
 	latencyProgTpSkbCopyDatagramIovec     = "tp_skb_copy_datagram_iovec"
 	latencyProgTpSockRecvLength           = "tp_sock_recv_length"
+	latencyVarAtHook                      = "at_hook"
+	latencyVarAtSkbArg                    = "at_skb_arg"
+	latencyVarAtSockArg                   = "at_sock_arg"
 	latencyVarFilterCgroup                = "filter_cgroup"
 	latencyVarFilterIfindex               = "filter_ifindex"
 	latencyVarFilterPid                   = "filter_pid"
@@ -238,6 +243,7 @@ type latencySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyProgramSpecs struct {
+	FentryAt                   *ebpf.ProgramSpec `ebpf:"fentry_at"`
 	FentryIp6RcvCore           *ebpf.ProgramSpec `ebpf:"fentry_ip6_rcv_core"`
 	FentryIpRcvCore            *ebpf.ProgramSpec `ebpf:"fentry_ip_rcv_core"`
 	FentrySkbConsumeUdp        *ebpf.ProgramSpec `ebpf:"fentry_skb_consume_udp"`
@@ -250,6 +256,7 @@ type latencyProgramSpecs struct {
 	FexitUdpEnqueueScheduleSkb *ebpf.ProgramSpec `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
+	TpAt                       *ebpf.ProgramSpec `ebpf:"tp_at"`
 	TpSkDataReady              *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.ProgramSpec `ebpf:"tp_sock_recv_length"`
@@ -282,6 +289,9 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
+	AtHook             *ebpf.VariableSpec `ebpf:"at_hook"`
+	AtSkbArg           *ebpf.VariableSpec `ebpf:"at_skb_arg"`
+	AtSockArg          *ebpf.VariableSpec `ebpf:"at_sock_arg"`
 	FilterCgroup       *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterIfindex      *ebpf.VariableSpec `ebpf:"filter_ifindex"`
 	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
@@ -365,6 +375,9 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
+	AtHook             *ebpf.Variable `ebpf:"at_hook"`
+	AtSkbArg           *ebpf.Variable `ebpf:"at_skb_arg"`
+	AtSockArg          *ebpf.Variable `ebpf:"at_sock_arg"`
 	FilterCgroup       *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterIfindex      *ebpf.Variable `ebpf:"filter_ifindex"`
 	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
@@ -387,6 +400,7 @@ type latencyVariables struct {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyPrograms struct {
+	FentryAt                   *ebpf.Program `ebpf:"fentry_at"`
 	FentryIp6RcvCore           *ebpf.Program `ebpf:"fentry_ip6_rcv_core"`
 	FentryIpRcvCore            *ebpf.Program `ebpf:"fentry_ip_rcv_core"`
 	FentrySkbConsumeUdp        *ebpf.Program `ebpf:"fentry_skb_consume_udp"`
@@ -399,6 +413,7 @@ type latencyPrograms struct {
 	FexitUdpEnqueueScheduleSkb *ebpf.Program `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.Program `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.Program `ebpf:"nf_l4_start"`
+	TpAt                       *ebpf.Program `ebpf:"tp_at"`
 	TpSkDataReady              *ebpf.Program `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.Program `ebpf:"tp_sock_recv_length"`
@@ -406,6 +421,7 @@ type latencyPrograms struct {
 
 func (p *latencyPrograms) Close() error {
 	return _LatencyClose(
+		p.FentryAt,
 		p.FentryIp6RcvCore,
 		p.FentryIpRcvCore,
 		p.FentrySkbConsumeUdp,
@@ -418,6 +434,7 @@ func (p *latencyPrograms) Close() error {
 		p.FexitUdpEnqueueScheduleSkb,
 		p.NfIpStart,
 		p.NfL4Start,
+		p.TpAt,
 		p.TpSkDataReady,
 		p.TpSkbCopyDatagramIovec,
 		p.TpSockRecvLength,

@@ -756,16 +756,22 @@ func TestOnlyTheEnabledProbesProgramsAttach(t *testing.T) {
 }
 
 // TestEveryProgramIsPlanned: every program of the object implements some
-// probe on some backend, as the table says, and says on what event it runs.
+// probe on some backend, as the table says (or an --at probe, of its kind
+// of point), and says on what event it runs.
 func TestEveryProgramIsPlanned(t *testing.T) {
 	spec, err := loadLatency()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := attach.Check(spec, table[:]); err != nil {
+	hooks := table[:]
+	for kind, p := range atPrograms {
+		hooks = append(hooks, attach.Hook{Name: fmt.Sprint("--at of kind ", kind),
+			Backends: []attach.Backend{{Programs: []attach.Program{p}}}})
+	}
+	if err := attach.Check(spec, hooks); err != nil {
 		t.Error(err)
 	}
-	for _, h := range table {
+	for _, h := range hooks {
 		for _, b := range h.Backends {
 			for _, p := range b.Programs {
 				if p.RunsPer == "" {

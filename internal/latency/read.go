@@ -161,7 +161,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	var out []keyedSeries
 	ifaces := newIfaceNamer(t.scope.own)
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
-		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
+		s := hist.Series{Hook: t.hookName(Hook(key.Hook)), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
 			Netns: uint64(key.Netns)}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
@@ -274,11 +274,14 @@ func (t *Tracer) Counters() ([]Counter, error) {
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
-	var recorded [numHooks]uint64
+	hooks := t.hooks()
+	recorded := make([]uint64, len(hooks))
 	err := t.eachHist(func(key latencyHistKey, perCPU []latencyHistValue) {
 		for _, v := range perCPU {
 			for _, n := range v.Slots[:hist.NBuckets] {
-				recorded[key.Hook] += n
+				if int(key.Hook) < len(recorded) {
+					recorded[key.Hook] += n
+				}
 			}
 		}
 	})
@@ -286,7 +289,7 @@ func (t *Tracer) Counters() ([]Counter, error) {
 		return nil, err
 	}
 	var out []Counter
-	for _, h := range Hooks {
+	for _, h := range hooks {
 		for r, reason := range Reasons {
 			var perCPU []uint64
 			// The key of count() in the C: hook * N_REASONS + reason.
@@ -301,7 +304,7 @@ func (t *Tracer) Counters() ([]Counter, error) {
 				n = recorded[h]
 			}
 			if n > 0 {
-				out = append(out, Counter{Hook: h.String(), Reason: reason, Count: n})
+				out = append(out, Counter{Hook: t.hookName(h), Reason: reason, Count: n})
 			}
 		}
 	}

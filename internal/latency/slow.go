@@ -89,7 +89,7 @@ func (t *Tracer) FlushSlow() error {
 }
 
 func (t *Tracer) slowEvent(raw *latencySlowEvent) SlowEvent {
-	ev := SlowEvent{Event: "slow", TS: time.Unix(0, raw.Ts).UTC(), Hook: Hook(raw.Hook).String(),
+	ev := SlowEvent{Event: "slow", TS: time.Unix(0, raw.Ts).UTC(), Hook: t.hookName(Hook(raw.Hook)),
 		LatencyNS: raw.Latency, Proto: protoName(raw.Proto), Netns: raw.Netns,
 		LocalPort: raw.LocalPort, RemotePort: raw.RemotePort}
 	if local, remote, ok := addrsOf(raw); ok {

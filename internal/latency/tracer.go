@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type Tracer struct {
 	engine   *attach.Engine
 	objs     latencyMaps // the engine's maps; zero once closed
 	backend  features.Backend
+	at       []At // hooks numHooks and up
 	taiClock bool // bpf_ktime_get_tai_ns is available
 	scope    netnsScope
 	rxStamps *rxTimestamping
@@ -80,14 +82,53 @@ func Start(cfg Config) (*Tracer, error) {
 		}
 		slog.Info("hook attached", "hook", h, "backend", c.Backend)
 	}
+	if err := t.attachAt(); err != nil {
+		t.close()
+		return nil, err
+	}
 	go t.maintain()
 	return t, nil
 }
 
-// Probe attaches every hook, detaches it again and reports the backend each
-// got or why none would attach (for -l and doctor).
-func Probe(backend features.Backend) ([]features.Choice, error) {
-	t, err := open(Config{Hooks: AllHooks, Backend: backend})
+// attachAt attaches the --at probes, each with the one backend its point
+// needs (--backend chooses for the built-in probes only). A probe's
+// program records its own hook only: hook_backends is not consulted.
+func (t *Tracer) attachAt() error {
+	var errs []error
+	for i, a := range t.at {
+		h := a.hook(numHooks + Hook(i))
+		c, err := t.engine.Attach(&h, features.Auto)
+		errs = append(errs, err)
+		if err == nil {
+			slog.Info("hook attached", "hook", a, "backend", c.Backend)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hooks lists the hook ids in use: the built-in ones, then the --at probes'.
+func (t *Tracer) hooks() []Hook {
+	hs := slices.Clone(Hooks)
+	for i := range t.at {
+		hs = append(hs, numHooks+Hook(i))
+	}
+	return hs
+}
+
+// hookName names a hook: a built-in one by its name, an --at probe by its
+// spec.
+func (t *Tracer) hookName(h Hook) string {
+	if i := int(h) - int(numHooks); i >= 0 && i < len(t.at) {
+		return t.at[i].String()
+	}
+	return h.String()
+}
+
+// Probe attaches every hook and the --at probes given, detaches them again
+// and reports the backend each got or why none would attach (for -l and
+// doctor), in that order.
+func Probe(backend features.Backend, at ...At) ([]features.Choice, error) {
+	t, err := open(Config{Hooks: AllHooks, Backend: backend, At: at})
 	if err != nil {
 		return nil, err
 	}
@@ -97,6 +138,7 @@ func Probe(backend features.Backend) ([]features.Choice, error) {
 		_, err := t.engine.Attach(&table[h], t.backend)
 		errs = append(errs, err)
 	}
+	errs = append(errs, t.attachAt())
 	return t.engine.Choices(), errors.Join(errs...)
 }
 
@@ -120,7 +162,10 @@ func open(cfg Config) (_ *Tracer, err error) {
 			return nil, err
 		}
 	}
-	t := &Tracer{backend: cfg.Backend, scope: netnsScope{mode: cfg.Netns, own: own},
+	if len(cfg.At) > MaxAt {
+		return nil, fmt.Errorf("%d --at probes, at most %d", len(cfg.At), MaxAt)
+	}
+	t := &Tracer{backend: cfg.Backend, at: cfg.At, scope: netnsScope{mode: cfg.Netns, own: own},
 		taiClock: features.Check(features.KtimeTAI).OK, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {

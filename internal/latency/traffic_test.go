@@ -21,6 +21,12 @@ func (m hookHists) of(h Hook) *hist.Histogram {
 	return &v
 }
 
+// at returns the histogram of the --at probe named spec.
+func (m hookHists) at(spec string) *hist.Histogram {
+	v := m[spec]
+	return &v
+}
+
 // totals sums a tracer's series per hook (over interfaces and cgroups).
 func totals(t *testing.T, tr *Tracer) hookHists {
 	t.Helper()

@@ -15,6 +15,7 @@
 #include "slow.h"
 #include "ingress.h"
 #include "socket.h"
+#include "at.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -185,5 +186,23 @@ int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int l
 	read_stamp(skb, &s);
 	if (read_selected(HOOK_UDP_SOCK_READ, sk, &s, &cgroup))
 		record_read(HOOK_UDP_SOCK_READ, sk, &s, cgroup);
+	return 0;
+}
+
+/* ---- --at: user-named points, retargeted at run time ---- */
+
+/* Loaded once per --at tracepoint:CATEGORY:NAME, at NAME. */
+SEC("tp_btf/netif_receive_skb")
+int tp_at(__u64 *ctx)
+{
+	record_at(ctx);
+	return 0;
+}
+
+/* Loaded once per --at fentry:FUNCTION, at FUNCTION. */
+SEC("fentry/netif_receive_skb")
+int fentry_at(__u64 *ctx)
+{
+	record_at(ctx);
 	return 0;
 }
