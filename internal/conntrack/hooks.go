@@ -44,8 +44,8 @@ var hooks = []attach.Hook{
 		{Name: connsProgConnsTcpDestroy, Kind: attach.Tracing},
 		{Name: connsProgConnsTcpDestroySpare, Kind: attach.Tracing}}}}},
 	// The iterators over a network namespace's TCP sockets. Optional: not
-	// used before 6.11 (see iteratorHazard); counters are then read at
-	// state changes only.
+	// used from 5.15 to 6.10 (see iteratorHazard); counters are then read
+	// at state changes only.
 	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
 		Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Iterator}}}}},
 	{Name: "tcp-adopt", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
@@ -123,49 +123,34 @@ const (
 // program's count of skipped runs less the spares' applied ones tells.
 func spare(program string) bool { return strings.HasSuffix(program, "_spare") }
 
-// beforeBatching says why a hook is not used on kernels older than 5.15, or
-// nil. On the 5.10 guest a tracker opened while 200 connections a second
-// came and went locked up both CPUs (soft lockups, RCU stalls) in three of
-// nine runs of TestStartupUnderChurn, with the TCP iterators and without
-// them; without the accept tracepoints as well, three of three ran, as on
-// 6.1, 6.12, 7.2 and the host. The cause is not known; the TCP iterator
-// before 5.15 also walked the tables under their bucket locks without the
-// socket lock. struct bpf_tcp_iter_state (5.15, the batching iterator)
-// tells the kernels apart; 5.11-5.14 are untested.
-var beforeBatching = sync.OnceValue(func() error {
+// iteratorHazard says why the TCP iterators are not used on this kernel,
+// or nil. From 5.15 the iterator batches: it takes a reference (sock_hold)
+// on every socket of a hash bucket while it holds the bucket's lock, and
+// before 6.11 a socket entering TIME_WAIT is put into the bucket with a
+// refcount of 0 that inet_twsk_hashdance() sets only after it has released
+// the lock: the iterator's reference is then lost, and the socket freed
+// while still in use. On 6.1 (Debian 6.1.176), under the churn of 3,000
+// connections, the kernel warned "refcount_t: addition on 0;
+// use-after-free" from bpf_iter_tcp_batch, then "underflow", then crashed
+// on a freed socket in recvmsg. 6.11's inet_twsk_hashdance_schedule() sets
+// the refcount before it unlocks; its name in the kernel's BTF tells the
+// kernels apart. Before 5.15 (no struct bpf_tcp_iter_state) the iterator
+// runs the program on each socket under the bucket's lock and takes no
+// reference, so the race cannot happen there. (Sessions 4 and 5 kept the
+// iterators off 5.10 after soft lockups under churn; those were QEMU 7.2's
+// TCG looping on a stray int3 at a static key, with or without the
+// iterators: docs/MATRIX.md.)
+var iteratorHazard = sync.OnceValue(func() error {
 	spec, err := attach.KernelTypes()
 	if err != nil {
 		return err
 	}
 	if _, err := spec.AnyTypeByName("bpf_tcp_iter_state"); err != nil {
-		return errors.New("not used before 5.15: with it the 5.10 kernel locked up under connection churn")
-	}
-	return nil
-})
-
-// iteratorHazard says why the TCP iterators are not used on this kernel,
-// or nil. Before 5.15, see beforeBatching. From 5.15 the iterator takes a
-// reference (sock_hold) on every socket of a hash bucket while it holds the
-// bucket's lock, and before 6.11 a socket entering TIME_WAIT is put into
-// the bucket with a refcount of 0 that inet_twsk_hashdance() sets only after
-// it has released the lock: the iterator's reference is then lost, and the
-// socket freed while still in use. On 6.1 (Debian 6.1.176), under the
-// churn of 3,000 connections, the kernel warned "refcount_t: addition on 0;
-// use-after-free" from bpf_iter_tcp_batch, then "underflow", then crashed
-// on a freed socket in recvmsg. 6.11's inet_twsk_hashdance_schedule() sets
-// the refcount before it unlocks; its name in the kernel's BTF tells the
-// kernels apart.
-var iteratorHazard = sync.OnceValue(func() error {
-	if err := beforeBatching(); err != nil {
-		return err
-	}
-	spec, err := attach.KernelTypes()
-	if err != nil {
-		return err
+		return nil // the iterator before batching
 	}
 	if _, err := spec.AnyTypeByName("inet_twsk_hashdance_schedule"); err != nil {
-		return errors.New("not used before 6.11: there the TCP iterator can take a reference on a socket entering TIME_WAIT " +
-			"before the kernel set its refcount, a use-after-free under connection churn")
+		return errors.New("not used from 5.15 to 6.10: there the TCP iterator can take a reference on a socket entering " +
+			"TIME_WAIT before the kernel set its refcount, a use-after-free under connection churn")
 	}
 	return nil
 })
