@@ -281,27 +281,33 @@ func TestStartupUnderChurn(t *testing.T) {
 	for range 3 {
 		tr := openTracker(t, Config{})
 		h := &history{}
+		var lost uint64
 		for range 5 {
 			time.Sleep(200 * time.Millisecond)
 			s, err := tr.Snapshot()
 			if err != nil {
 				t.Fatal(err)
 			}
+			lost = s.Lost
 			h.closed = append(h.closed, find(s.Records, func(r *conn.Record) bool { return r.Event == conn.Closed })...)
 		}
 		ours := 0
+		var wrong []string
 		for _, r := range h.closed {
 			if r.Proto != "tcp" || (r.LocalPort != port && r.RemotePort != port) {
 				continue
 			}
 			ours++
 			if !r.Partial && (r.PID == 0 || r.BytesIn+r.BytesOut == 0) {
-				t.Errorf("closed, not partial, but owner %d/%q and bytes %d/%d: %+v", r.PID, r.Comm, r.BytesIn, r.BytesOut, r)
+				wrong = append(wrong, fmt.Sprintf("closed, not partial, but owner %d/%q and bytes %d/%d: %+v", r.PID, r.Comm, r.BytesIn, r.BytesOut, r))
 			}
 		}
 		if ours == 0 {
 			t.Fatal("no connection of the churn closed while a tracker ran")
 		}
+		// A state change whose program run the kernel skipped (counted in
+		// Lost) can miss an owner; only the emulated guests skip runs.
+		testenv.RequireExact(t, wrong, lost)
 		tr.Close()
 	}
 	close(stop)
