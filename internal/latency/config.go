@@ -40,6 +40,13 @@ type Config struct {
 	// events per second (0: no bound). Both count what they cannot deliver.
 	Slow      time.Duration
 	SlowLimit uint32
+	// ReadWait also adds every socket-read sample to a histogram of its
+	// socket (ReadWaits), for the connection table's read wait; MaxSockets
+	// bounds those sockets (0: DefaultMaxSockets), a full table counting
+	// the samples it cannot hold as read_wait_full. The socket-read filters
+	// (PIDs, Cgroups, Ifindexes, Netns, MinQueueLen) do not apply to it.
+	ReadWait   bool
+	MaxSockets uint32
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
 }
@@ -84,6 +91,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		if err := c.v.Set(c.value); err != nil {
 			return fmt.Errorf("setting %s: %w", c.v.Name, err)
 		}
+	}
+	if err := readWaitConstants(&s, cfg); err != nil {
+		return err
 	}
 	s.PidFilter.MaxEntries = uint32(max(len(cfg.PIDs), 1))
 	s.IfindexFilter.MaxEntries = uint32(max(len(cfg.Ifindexes), 1))

@@ -68,6 +68,15 @@ type latencyPendingRead struct {
 	}
 }
 
+type latencyReadWait struct {
+	_       structs.HostLayout
+	Slots   [25]uint32
+	Epoch   uint32
+	SumNs   uint64
+	MaxCur  uint64
+	MaxPrev uint64
+}
+
 type latencyReason uint32
 
 const (
@@ -79,7 +88,8 @@ const (
 	latencyReasonREASON_HOL_BLOCKED    latencyReason = 5
 	latencyReasonREASON_FIFO_FULL      latencyReason = 6
 	latencyReasonREASON_READ_UNTRACKED latencyReason = 7
-	latencyReasonN_REASONS             latencyReason = 8
+	latencyReasonREASON_READ_WAIT_FULL latencyReason = 8
+	latencyReasonN_REASONS             latencyReason = 9
 )
 
 type latencySlowBudget struct {
@@ -155,6 +165,8 @@ const (
 	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
+	latencyMapReadWaitEpoch               = "read_wait_epoch"
+	latencyMapReadWaits                   = "read_waits"
 	latencyMapSlowBudgets                 = "slow_budgets"
 	latencyMapSlowDrops                   = "slow_drops"
 	latencyMapSlowEvents                  = "slow_events"
@@ -189,6 +201,8 @@ const (
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
 	latencyVarReadIfindex                 = "read_ifindex"
+	latencyVarReadWait                    = "read_wait"
+	latencyVarReadWaitCookieHelper        = "read_wait_cookie_helper"
 	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
 	latencyVarSlowEventType               = "slow_event_type"
 	latencyVarSlowLimit                   = "slow_limit"
@@ -268,6 +282,8 @@ type latencyMapSpecs struct {
 	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
+	ReadWaitEpoch    *ebpf.MapSpec `ebpf:"read_wait_epoch"`
+	ReadWaits        *ebpf.MapSpec `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.MapSpec `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.MapSpec `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.MapSpec `ebpf:"slow_events"`
@@ -282,22 +298,24 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
-	FilterCgroup       *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	FilterIfindex      *ebpf.VariableSpec `ebpf:"filter_ifindex"`
-	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
-	GroupByCgroup      *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
-	GroupByIfindex     *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
-	GroupByNetns       *ebpf.VariableSpec `ebpf:"group_by_netns"`
-	GroupByProcess     *ebpf.VariableSpec `ebpf:"group_by_process"`
-	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
-	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
-	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
-	ReadIfindex        *ebpf.VariableSpec `ebpf:"read_ifindex"`
-	SkStorageInTracing *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
-	SlowEventType      *ebpf.VariableSpec `ebpf:"slow_event_type"`
-	SlowLimit          *ebpf.VariableSpec `ebpf:"slow_limit"`
-	SlowNs             *ebpf.VariableSpec `ebpf:"slow_ns"`
-	TaiClock           *ebpf.VariableSpec `ebpf:"tai_clock"`
+	FilterCgroup         *ebpf.VariableSpec `ebpf:"filter_cgroup"`
+	FilterIfindex        *ebpf.VariableSpec `ebpf:"filter_ifindex"`
+	FilterPid            *ebpf.VariableSpec `ebpf:"filter_pid"`
+	GroupByCgroup        *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
+	GroupByIfindex       *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
+	GroupByNetns         *ebpf.VariableSpec `ebpf:"group_by_netns"`
+	GroupByProcess       *ebpf.VariableSpec `ebpf:"group_by_process"`
+	IncludeHolBlocked    *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
+	MinQueueLen          *ebpf.VariableSpec `ebpf:"min_queue_len"`
+	NetnsInum            *ebpf.VariableSpec `ebpf:"netns_inum"`
+	ReadIfindex          *ebpf.VariableSpec `ebpf:"read_ifindex"`
+	ReadWait             *ebpf.VariableSpec `ebpf:"read_wait"`
+	ReadWaitCookieHelper *ebpf.VariableSpec `ebpf:"read_wait_cookie_helper"`
+	SkStorageInTracing   *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
+	SlowEventType        *ebpf.VariableSpec `ebpf:"slow_event_type"`
+	SlowLimit            *ebpf.VariableSpec `ebpf:"slow_limit"`
+	SlowNs               *ebpf.VariableSpec `ebpf:"slow_ns"`
+	TaiClock             *ebpf.VariableSpec `ebpf:"tai_clock"`
 }
 
 // latencyObjects contains all objects after they have been loaded into the kernel.
@@ -329,6 +347,8 @@ type latencyMaps struct {
 	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
+	ReadWaitEpoch    *ebpf.Map `ebpf:"read_wait_epoch"`
+	ReadWaits        *ebpf.Map `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.Map `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.Map `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.Map `ebpf:"slow_events"`
@@ -350,6 +370,8 @@ func (m *latencyMaps) Close() error {
 		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
+		m.ReadWaitEpoch,
+		m.ReadWaits,
 		m.SlowBudgets,
 		m.SlowDrops,
 		m.SlowEvents,
@@ -365,22 +387,24 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
-	FilterCgroup       *ebpf.Variable `ebpf:"filter_cgroup"`
-	FilterIfindex      *ebpf.Variable `ebpf:"filter_ifindex"`
-	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
-	GroupByCgroup      *ebpf.Variable `ebpf:"group_by_cgroup"`
-	GroupByIfindex     *ebpf.Variable `ebpf:"group_by_ifindex"`
-	GroupByNetns       *ebpf.Variable `ebpf:"group_by_netns"`
-	GroupByProcess     *ebpf.Variable `ebpf:"group_by_process"`
-	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
-	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
-	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`
-	ReadIfindex        *ebpf.Variable `ebpf:"read_ifindex"`
-	SkStorageInTracing *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
-	SlowEventType      *ebpf.Variable `ebpf:"slow_event_type"`
-	SlowLimit          *ebpf.Variable `ebpf:"slow_limit"`
-	SlowNs             *ebpf.Variable `ebpf:"slow_ns"`
-	TaiClock           *ebpf.Variable `ebpf:"tai_clock"`
+	FilterCgroup         *ebpf.Variable `ebpf:"filter_cgroup"`
+	FilterIfindex        *ebpf.Variable `ebpf:"filter_ifindex"`
+	FilterPid            *ebpf.Variable `ebpf:"filter_pid"`
+	GroupByCgroup        *ebpf.Variable `ebpf:"group_by_cgroup"`
+	GroupByIfindex       *ebpf.Variable `ebpf:"group_by_ifindex"`
+	GroupByNetns         *ebpf.Variable `ebpf:"group_by_netns"`
+	GroupByProcess       *ebpf.Variable `ebpf:"group_by_process"`
+	IncludeHolBlocked    *ebpf.Variable `ebpf:"include_hol_blocked"`
+	MinQueueLen          *ebpf.Variable `ebpf:"min_queue_len"`
+	NetnsInum            *ebpf.Variable `ebpf:"netns_inum"`
+	ReadIfindex          *ebpf.Variable `ebpf:"read_ifindex"`
+	ReadWait             *ebpf.Variable `ebpf:"read_wait"`
+	ReadWaitCookieHelper *ebpf.Variable `ebpf:"read_wait_cookie_helper"`
+	SkStorageInTracing   *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
+	SlowEventType        *ebpf.Variable `ebpf:"slow_event_type"`
+	SlowLimit            *ebpf.Variable `ebpf:"slow_limit"`
+	SlowNs               *ebpf.Variable `ebpf:"slow_ns"`
+	TaiClock             *ebpf.Variable `ebpf:"tai_clock"`
 }
 
 // latencyPrograms contains all programs after they have been loaded into the kernel.

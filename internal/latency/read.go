@@ -251,6 +251,7 @@ var Reasons = [numReasons]string{
 	latencyReasonREASON_HOL_BLOCKED:    "hol_blocked",
 	latencyReasonREASON_FIFO_FULL:      "fifo_full",
 	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
+	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
 }
 
 // reasonRecorded is never counted by the programs: it is the samples in the

@@ -7,6 +7,7 @@
 #define LATENCY_SOCKET_H
 
 #include "slow.h"
+#include "readwait.h"
 
 
 /*
@@ -131,25 +132,43 @@ static __always_inline bool queue_long_enough(const struct sock *sk, bool udp)
 	return sk->sk_backlog.tail != NULL;
 }
 
-static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
+/* read_selected applies netstacklat's socket-read filters (-q, -p, -c, -i, -n). */
+static __always_inline bool read_selected(__u32 hook, const struct sock *sk, const struct stamp *s, __u64 *cgroup)
 {
-	__u64 cgroup = 0;
-
 	if (!queue_long_enough(sk, hook == HOOK_UDP_SOCK_READ))
-		return;
+		return false;
 	if (filter_pid) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 		if (!bpf_map_lookup_elem(&pid_filter, &tgid))
-			return;
+			return false;
 	}
 	if (filter_cgroup || group_by_cgroup)
-		cgroup = bpf_get_current_cgroup_id();
-	if (filter_cgroup && !bpf_map_lookup_elem(&cgroup_filter, &cgroup))
+		*cgroup = bpf_get_current_cgroup_id();
+	if (filter_cgroup && !bpf_map_lookup_elem(&cgroup_filter, cgroup))
+		return false;
+	return ifindex_allowed(s->ifindex) && netns_allowed(sk_netns(sk));
+}
+
+/*
+ * record_read records a socket-read sample. Read wait takes every sample the
+ * probe could take, filtered or not: the filters select the latency
+ * histograms, and the connections are selected in user space.
+ */
+static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
+{
+	__u64 cgroup = 0;
+	__s64 lat;
+
+	if (!read_selected(hook, sk, s, &cgroup)) {
+		if (read_wait && !s->skip && (lat = realtime_now() - s->tstamp) >= 0)
+			read_wait_add(hook, (struct sock *)sk, lat);
 		return;
-	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
-		return;
-	report_slow(hook, record(hook, s, cgroup, sk, NULL, true), s, sk, NULL, true);
+	}
+	lat = record(hook, s, cgroup, sk, NULL, true);
+	if (read_wait && lat >= 0)
+		read_wait_add(hook, (struct sock *)sk, lat);
+	report_slow(hook, lat, s, sk, NULL, true);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
