@@ -62,7 +62,7 @@ func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
 		host, _ := os.Hostname()
 		return tui.Run(ctx, t.Snapshot, tui.Options{
 			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
-			Sort: sort, Refresh: f.run,
+			Sort: sort, Refresh: f.run, ReadWait: f.readWait,
 			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
 		})
 	})
