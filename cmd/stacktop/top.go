@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
@@ -46,6 +47,9 @@ func makeTop(cmd *cobra.Command) {
 		sort, err := tui.ParseSort(*sortFlag)
 		if err != nil {
 			return err
+		}
+		if sort.Column == tui.ColReadWait && !f.readWait {
+			return clierr.Usage("sort", *sortFlag, "sorts by read wait, which needs --read-wait")
 		}
 		out := cmd.OutOrStdout()
 		if isTerminal(out) {
