@@ -19,8 +19,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata fr
 // change, run `go test ./internal/tui -run Golden -update` and review the diff.
 func TestGoldenScreens(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		w, h int
+		name   string
+		w, h   int
 		keys   []string
 		snap   func() conn.Snapshot // nil: the fixture
 		header *Header              // nil: fixtureHeader
