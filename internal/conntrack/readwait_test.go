@@ -71,6 +71,39 @@ func readCount(t *testing.T, lt *latency.Tracer, h latency.Hook) uint64 {
 	return n
 }
 
+// snapshotsUntil takes snapshots every 100 ms until the traffic's
+// goroutines end, and one more (the snapshot that saw them done may predate
+// their last read); it returns every record and the snapshots' times.
+func snapshotsUntil(t *testing.T, tr *Tracker, traffic *sync.WaitGroup, errs chan error) ([]conn.Record, []time.Time) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { traffic.Wait(); close(done) }()
+	h := poll(t, tr, func(*history) bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	last, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := append(h.seen, last.Records...)
+	var times []time.Time
+	for _, r := range records {
+		if len(times) == 0 || !r.TS.Equal(times[len(times)-1]) {
+			times = append(times, r.TS)
+		}
+	}
+	return records, times
+}
+
 // readWaitTotals is what a connection's records said over a run.
 type readWaitTotals struct {
 	samples, maxP99, maxMax uint64
@@ -164,28 +197,7 @@ func TestReadWaitPerConnection(t *testing.T) {
 			}
 		})
 	}
-	var finished sync.WaitGroup
-	finished.Go(wg.Wait)
-	done := make(chan struct{})
-	go func() { finished.Wait(); close(done) }()
-	h := poll(t, tr, func(*history) bool {
-		select {
-		case <-done:
-			return true
-		default:
-			return false
-		}
-	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	// The snapshot that saw the readers done may predate their last read.
-	last, err := tr.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	records := append(h.seen, last.Records...)
+	records, snapshots := snapshotsUntil(t, tr, &wg, errs)
 	ours := func(c *net.TCPConn) func(*conn.Record) bool {
 		local, remote := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
 		return func(r *conn.Record) bool {
@@ -194,7 +206,7 @@ func TestReadWaitPerConnection(t *testing.T) {
 		}
 	}
 	slowGot, fastGot := readWaitOf(t, records, ours(slow)), readWaitOf(t, records, ours(fast))
-	t.Logf("slow: %d reads, %+v; fast: %d reads, %+v (%d snapshots)", readers[0].reads, slowGot, readers[1].reads, fastGot, h.snapshots+1)
+	t.Logf("slow: %d reads, %+v; fast: %d reads, %+v (%d snapshots)", readers[0].reads, slowGot, readers[1].reads, fastGot, len(snapshots))
 	if slowGot.samples != readers[0].reads || fastGot.samples != readers[1].reads {
 		t.Errorf("read_wait_samples: slow %d, fast %d; the readers made %d and %d reads",
 			slowGot.samples, fastGot.samples, readers[0].reads, readers[1].reads)
@@ -257,25 +269,7 @@ func TestReadWaitUDP(t *testing.T) {
 			}
 		})
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	h := poll(t, tr, func(*history) bool {
-		select {
-		case <-done:
-			return true
-		default:
-			return false
-		}
-	})
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	last, err := tr.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	records := append(h.seen, last.Records...)
+	records, _ := snapshotsUntil(t, tr, &wg, errs)
 	flow := func(local *net.UDPConn, remote *net.UDPConn) func(*conn.Record) bool {
 		l, r := local.LocalAddr().(*net.UDPAddr).AddrPort(), remote.LocalAddr().(*net.UDPAddr).AddrPort()
 		return func(rec *conn.Record) bool {

@@ -35,9 +35,11 @@ func Slot(ns uint64) int {
 func UpperBound(i int) uint64 { return uint64(1) << i }
 
 // Count returns the number of recorded values.
-func (h *Histogram) Count() uint64 {
+func (h *Histogram) Count() uint64 { return total(h.Buckets[:]) }
+
+func total(buckets []uint64) uint64 {
 	var n uint64
-	for _, c := range h.Buckets {
+	for _, c := range buckets {
 		n += c
 	}
 	return n
@@ -91,13 +93,7 @@ type Wait struct {
 }
 
 // Count returns the number of samples.
-func (w *Wait) Count() uint64 {
-	var n uint64
-	for _, c := range w.Buckets {
-		n += c
-	}
-	return n
-}
+func (w *Wait) Count() uint64 { return total(w.Buckets[:]) }
 
 // Add merges o into w.
 func (w *Wait) Add(o *Wait) {

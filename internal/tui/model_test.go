@@ -230,14 +230,16 @@ func TestFilterEditing(t *testing.T) {
 	}
 }
 
-func TestColumnToggle(t *testing.T) {
-	ids := func(m *Model) []ColumnID {
-		var out []ColumnID
-		for _, c := range m.layout.cols {
-			out = append(out, c.id)
-		}
-		return out
+// ids are the columns on screen, in order.
+func ids(m *Model) []ColumnID {
+	var out []ColumnID
+	for _, c := range m.layout.cols {
+		out = append(out, c.id)
 	}
+	return out
+}
+
+func TestColumnToggle(t *testing.T) {
 	m := newFixtureModel(t, 250, 40)
 	base := []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}
 	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColPod, ColCgroup)
@@ -548,13 +550,6 @@ func TestBandwidthLevels(t *testing.T) {
 // process's worst connection. Without it the column is absent and w says
 // how to turn it on; every other key keeps working.
 func TestReadWaitColumn(t *testing.T) {
-	ids := func(m *Model) []ColumnID {
-		var out []ColumnID
-		for _, c := range m.layout.cols {
-			out = append(out, c.id)
-		}
-		return out
-	}
 	m := NewModel(readWaitHeader, Sort{})
 	m.Resize(250, 40)
 	m.Update(fixture())
