@@ -115,6 +115,7 @@ type latencySlowEvent struct {
 	Proto      uint8
 	Comm       [16]int8
 	_          [4]byte
+	Earlier    [7]uint64
 }
 
 type latencySockKey struct {
@@ -130,6 +131,13 @@ type latencyTcpState struct {
 	OooSeen   uint32
 	OooEnd    uint32
 	OooActive uint32
+}
+
+type latencyTrail struct {
+	_      structs.HostLayout
+	Skb    uint64
+	Tstamp int64
+	Lat    [5]uint64
 }
 
 type latencyUdpFifo struct {
@@ -170,6 +178,7 @@ const (
 	latencyMapSlowBudgets                 = "slow_budgets"
 	latencyMapSlowDrops                   = "slow_drops"
 	latencyMapSlowEvents                  = "slow_events"
+	latencyMapSlowTrails                  = "slow_trails"
 	latencyMapTcpEnqueuedTails            = "tcp_enqueued_tails"
 	latencyMapTcpReads                    = "tcp_reads"
 	latencyMapTcpStates                   = "tcp_states"
@@ -208,6 +217,7 @@ const (
 	latencyVarSlowLimit                   = "slow_limit"
 	latencyVarSlowNs                      = "slow_ns"
 	latencyVarTaiClock                    = "tai_clock"
+	latencyVarTrailMask                   = "trail_mask"
 )
 
 // loadLatency returns the embedded CollectionSpec for latency.
@@ -287,6 +297,7 @@ type latencyMapSpecs struct {
 	SlowBudgets      *ebpf.MapSpec `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.MapSpec `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.MapSpec `ebpf:"slow_events"`
+	SlowTrails       *ebpf.MapSpec `ebpf:"slow_trails"`
 	TcpEnqueuedTails *ebpf.MapSpec `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.MapSpec `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.MapSpec `ebpf:"tcp_states"`
@@ -316,6 +327,7 @@ type latencyVariableSpecs struct {
 	SlowLimit            *ebpf.VariableSpec `ebpf:"slow_limit"`
 	SlowNs               *ebpf.VariableSpec `ebpf:"slow_ns"`
 	TaiClock             *ebpf.VariableSpec `ebpf:"tai_clock"`
+	TrailMask            *ebpf.VariableSpec `ebpf:"trail_mask"`
 }
 
 // latencyObjects contains all objects after they have been loaded into the kernel.
@@ -352,6 +364,7 @@ type latencyMaps struct {
 	SlowBudgets      *ebpf.Map `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.Map `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.Map `ebpf:"slow_events"`
+	SlowTrails       *ebpf.Map `ebpf:"slow_trails"`
 	TcpEnqueuedTails *ebpf.Map `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.Map `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.Map `ebpf:"tcp_states"`
@@ -375,6 +388,7 @@ func (m *latencyMaps) Close() error {
 		m.SlowBudgets,
 		m.SlowDrops,
 		m.SlowEvents,
+		m.SlowTrails,
 		m.TcpEnqueuedTails,
 		m.TcpReads,
 		m.TcpStates,
@@ -405,6 +419,7 @@ type latencyVariables struct {
 	SlowLimit            *ebpf.Variable `ebpf:"slow_limit"`
 	SlowNs               *ebpf.Variable `ebpf:"slow_ns"`
 	TaiClock             *ebpf.Variable `ebpf:"tai_clock"`
+	TrailMask            *ebpf.Variable `ebpf:"trail_mask"`
 }
 
 // latencyPrograms contains all programs after they have been loaded into the kernel.
