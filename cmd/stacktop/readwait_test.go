@@ -32,11 +32,14 @@ const (
 	lateDelay      = 150 * time.Millisecond
 )
 
-// lateReader connects to STC_LATE_ADDR and reads lateMessages 100-byte
-// messages in reads of at most one, sleeping lateDelay before each; it
-// prints its local port first and the number of reads that returned data
-// last.
+// lateReader waits for a line on stdin, connects to STC_LATE_ADDR and reads
+// lateMessages 100-byte messages in reads of at most one, sleeping
+// lateDelay before each; it prints its local port first and the number of
+// reads that returned data last.
 func lateReader() error {
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
 	c, err := net.Dial("tcp", os.Getenv(lateAddrEnv))
 	if err != nil {
 		return err
@@ -61,8 +64,12 @@ func lateReader() error {
 }
 
 // lateTraffic serves, from a peer namespace, lateMessages messages 10 ms
-// apart to each connection; it returns the server's port and a function
-// that runs the late reader against it and returns the reader's reads.
+// apart to each connection, and starts the late reader, waiting; it returns
+// the server's port and a function that lets the reader run and returns its
+// reads. The reader is started first: a process forked while stacktop (in
+// this process, for serve) holds sockets would hold them too until it
+// execs, and could become the owner of one it closes last (docs/CONNECTIONS.md,
+// Owners), adding that socket's reads to its own.
 func lateTraffic(t *testing.T, p *testenv.Peer) (serverPort int, run func() (reads uint64)) {
 	t.Helper()
 	l := p.ServeTCP(t, net.JoinHostPort(p.PeerIP4.String(), "0"), func(c net.Conn) {
@@ -75,12 +82,25 @@ func lateTraffic(t *testing.T, p *testenv.Peer) (serverPort int, run func() (rea
 		_, _ = io.Copy(io.Discard, c) // until the reader closes
 	})
 	serverPort = l.Addr().(*net.TCPAddr).Port
+	cmd := reexec.CommandAs(t, lateReaderComm, "late-reader", lateAddrEnv+"="+l.Addr().String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return serverPort, func() uint64 {
-		cmd := reexec.CommandAs(t, lateReaderComm, "late-reader", lateAddrEnv+"="+l.Addr().String())
-		out, err := cmd.Output()
-		if err != nil {
+		if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
 			t.Fatalf("late reader: %v", err)
 		}
+		out := stdout.String()
 		lines := strings.Fields(string(out))
 		if len(lines) != 2 {
 			t.Fatalf("late reader printed %q", out)

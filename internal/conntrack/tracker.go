@@ -239,12 +239,6 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	// them does not copy them over and over.
 	snap := conn.Snapshot{Time: now, Records: slices.Grow(records[:0], s.selected+s.selected/8)}
 	rw := t.cfg.ReadWait
-	// Before the tables: a socket read before this is in them (or closed).
-	if rw != nil {
-		if err := rw.Begin(); err != nil {
-			return snap, err
-		}
-	}
 	emit := func(r *conn.Record, prev totals, seen, closed bool) {
 		r.TS = now
 		switch {
@@ -284,6 +278,14 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	t.netns.keep(s.conns)
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err
+	}
+	// After the closed events: every read of a socket closed by now is in
+	// the read-wait histograms (a read-wait entry newer than the tables
+	// waits for its socket's record at the next refresh).
+	if rw != nil {
+		if err := rw.Begin(); err != nil {
+			return snap, err
+		}
 	}
 	for i := range s.closed {
 		c := &s.closed[i]

@@ -24,11 +24,18 @@ type Source interface {
 // Join turns the cumulative per-socket histograms into each refresh's
 // growth. Not safe for concurrent use: the tracker calls it under its lock.
 type Join struct {
-	src       Source
-	cur, prev latency.SocketWaits
+	src Source
+	cur latency.SocketWaits // this refresh's reading
+	// prev is each socket's histogram when its growth was last taken.
+	prev latency.SocketWaits
 	// done is this refresh's growth per socket: the UDP flows of one
 	// socket share it, and it is computed (prev advanced) once.
 	done map[uint64]*hist.Wait
+	// idle are the sockets no record claimed at the last refresh: one
+	// refresh more and their histograms are forgotten. A socket first read
+	// after the connection tables were read has its record only at the
+	// next refresh, and must not lose its reads meanwhile.
+	idle map[uint64]struct{}
 	// Two arenas, alternating: a snapshot's records point into one while
 	// the next snapshot fills the other.
 	arenas [2][]hist.Wait
@@ -38,12 +45,13 @@ type Join struct {
 
 // New returns a join over src.
 func New(src Source) *Join {
-	return &Join{src: src, cur: latency.SocketWaits{}, prev: latency.SocketWaits{}, done: map[uint64]*hist.Wait{}}
+	return &Join{src: src, cur: latency.SocketWaits{}, prev: latency.SocketWaits{},
+		done: map[uint64]*hist.Wait{}, idle: map[uint64]struct{}{}}
 }
 
-// Begin reads the histograms and ends the kernel's refresh. Call it before
-// the connection tables are read, so that every socket read by then is in
-// them (or among the closed ones).
+// Begin reads the histograms and ends the kernel's refresh. Call it after
+// the closed connections are collected, so that every read of a socket
+// closed by then is in them.
 func (j *Join) Begin() error {
 	clear(j.done)
 	j.turn ^= 1
@@ -74,13 +82,16 @@ func (j *Join) Fill(r *conn.Record) {
 	r.ReadWaitSamples = w.Count()
 }
 
-// growth is what key's histogram added since the last refresh, nil for none.
+// growth is what key's histogram added since its growth was last taken,
+// nil for none; it advances prev at once, so a refresh that fails before
+// End counts nothing twice.
 func (j *Join) growth(key uint64) *hist.Wait {
 	cur, ok := j.cur[key]
 	if !ok {
 		return nil
 	}
-	prev := j.prev[key] // zero for a socket first read in this refresh
+	prev := j.prev[key] // zero for a socket first read since
+	j.prev[key] = cur
 	d := cur.Since(&prev)
 	if d.Count() == 0 {
 		return nil
@@ -90,18 +101,34 @@ func (j *Join) growth(key uint64) *hist.Wait {
 	return &arena[len(arena)-1]
 }
 
-// End forgets the histograms of sockets no record claimed — gone, or never
-// tracked (a full connection table) — and returns the samples that found
-// the kernel's table full since start.
+// End forgets the histograms of sockets no record claimed at this refresh
+// nor the last — gone, or never tracked (a full connection table) — and
+// returns the samples that found the kernel's table full since start.
 func (j *Join) End() (uint64, error) {
 	j.gone = j.gone[:0]
 	for key := range j.cur {
-		if _, claimed := j.done[key]; !claimed {
-			j.gone = append(j.gone, key)
-			delete(j.cur, key)
+		if _, claimed := j.done[key]; claimed {
+			delete(j.idle, key)
+			continue
+		}
+		if _, was := j.idle[key]; !was {
+			j.idle[key] = struct{}{}
+			continue
+		}
+		j.gone = append(j.gone, key)
+		delete(j.idle, key)
+		delete(j.prev, key)
+	}
+	for key := range j.prev {
+		if _, ok := j.cur[key]; !ok {
+			delete(j.prev, key)
 		}
 	}
-	j.prev, j.cur = j.cur, j.prev
+	for key := range j.idle {
+		if _, ok := j.cur[key]; !ok {
+			delete(j.idle, key)
+		}
+	}
 	if err := j.src.ForgetSockets(j.gone); err != nil {
 		return 0, err
 	}
