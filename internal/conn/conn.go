@@ -59,6 +59,9 @@ type Record struct {
 	// Cookie is the key of the socket's kernel entry: its socket cookie
 	// (before 5.12, possibly its address). UDP flows of one socket share it.
 	Cookie uint64 `json:"-"`
+	// Sk is a TCP socket's kernel address (0 when unknown): before 5.12 the
+	// read-wait histograms are keyed by it.
+	Sk uint64 `json:"-"`
 	// ReadWait is the histogram behind the read_wait fields, nil without
 	// samples; records of one socket share it. Valid until the snapshot
 	// after the next one is taken.

@@ -28,6 +28,17 @@ const (
 	rwFastBelow   = 16_000
 )
 
+// fastBelow is rwFastBelow, except in the kernel matrix's emulated guests:
+// there a reader that reads at once was seen waking up to 24 ms after its
+// data arrived (TCG, two guests on a loaded host), so the fast one is only
+// required to stay below the slow one's bound.
+func fastBelow() uint64 {
+	if testenv.InGuest() {
+		return rwSlowAtLeast
+	}
+	return rwFastBelow
+}
+
 // readWaitTracker opens a tracker whose records carry read wait, joined from
 // a latency tracer of the socket-read hooks on the backend the run forces
 // (what stream --read-wait starts), and waits until received packets carry
@@ -214,8 +225,8 @@ func TestReadWaitPerConnection(t *testing.T) {
 	if slowGot.maxP99 < rwSlowAtLeast {
 		t.Errorf("slow reader: read_wait_p99_us at most %d, want at least %d", slowGot.maxP99, rwSlowAtLeast)
 	}
-	if fastGot.maxP99 >= rwFastBelow {
-		t.Errorf("fast reader: read_wait_p99_us up to %d, want below %d", fastGot.maxP99, rwFastBelow)
+	if fastGot.maxP99 >= fastBelow() {
+		t.Errorf("fast reader: read_wait_p99_us up to %d, want below %d", fastGot.maxP99, fastBelow())
 	}
 	for _, c := range []*net.TCPConn{slowPeer, fastPeer} {
 		if got := readWaitOf(t, records, ours(c)); got.samples != 0 {
@@ -289,8 +300,8 @@ func TestReadWaitUDP(t *testing.T) {
 	if slowGot.maxP99 < rwSlowAtLeast {
 		t.Errorf("slow reader: read_wait_p99_us at most %d, want at least %d", slowGot.maxP99, rwSlowAtLeast)
 	}
-	if max(fastA.maxP99, fastB.maxP99) >= rwFastBelow {
-		t.Errorf("fast reader: read_wait_p99_us up to %d, want below %d", max(fastA.maxP99, fastB.maxP99), rwFastBelow)
+	if max(fastA.maxP99, fastB.maxP99) >= fastBelow() {
+		t.Errorf("fast reader: read_wait_p99_us up to %d, want below %d", max(fastA.maxP99, fastB.maxP99), fastBelow())
 	}
 	// In every snapshot, the two flows of the fast socket say the same.
 	bySnapshot := map[time.Time][]conn.Record{}

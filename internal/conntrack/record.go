@@ -63,6 +63,7 @@ func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 		Retrans:    c.Retrans,
 		Partial:    c.Flags&connsConnFlagsCONN_PARTIAL != 0,
 		Cookie:     c.Cookie,
+		Sk:         c.Sk,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &c.Owner, 0)

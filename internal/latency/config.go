@@ -49,6 +49,8 @@ type Config struct {
 	MaxSockets uint32
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
+	// noCookieHelper keys read wait as on kernels before 5.12 (tests).
+	noCookieHelper bool
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;

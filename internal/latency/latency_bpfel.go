@@ -75,6 +75,8 @@ type latencyReadWait struct {
 	SumNs   uint64
 	MaxCur  uint64
 	MaxPrev uint64
+	Owner   uint32
+	Gen     uint32
 }
 
 type latencyReason uint32

@@ -27,7 +27,7 @@ func readWaitConstants(s *latencySpecs, cfg Config) error {
 		return fmt.Errorf("setting %s: %w", s.ReadWait.Name, err)
 	}
 	// Probed only when it matters: off, the constant guards nothing.
-	helper := !cfg.ReadWait || features.SocketCookieTracing()
+	helper := !cfg.ReadWait || features.SocketCookieTracing() && !cfg.noCookieHelper
 	if err := s.ReadWaitCookieHelper.Set(helper); err != nil {
 		return fmt.Errorf("setting %s: %w", s.ReadWaitCookieHelper.Name, err)
 	}
@@ -39,23 +39,31 @@ func readWaitConstants(s *latencySpecs, cfg Config) error {
 }
 
 // SocketWaits are the per-socket read-wait histograms (Config.ReadWait), by
-// socket cookie — or, on kernels before 5.12, by the socket's address until
-// it has a cookie: the key conntrack gives the same socket.
+// socket cookie, the key conntrack gives the same socket. On kernels before
+// 5.12 (no cookie helper for tracing programs) TCP sockets are keyed by
+// their kernel address, which conntrack's entries keep too, and UDP sockets
+// by the cookie conntrack made at socket(), else by address.
 type SocketWaits map[uint64]SocketWait
 
 // SocketWait is one socket's histogram as the kernel keeps it: the counts
 // are cumulative since the socket's first read and wrap at 2^32 (subtract
 // with uint32 arithmetic); MaxNs is the largest sample since the previous
-// ReadWaits call.
+// ReadWaits call. Gen changes when an entry keyed by address started afresh
+// for another socket at that address.
 type SocketWait struct {
 	Buckets [hist.WaitBuckets]uint32
 	SumNs   uint64
 	MaxNs   uint64
+	Gen     uint32
 }
 
 // Since returns what w added to prev (the same socket's histogram at the
-// previous refresh; the zero value for a socket not seen then).
+// previous refresh; the zero value for a socket not seen then, and a prev
+// of another generation counts as zero).
 func (w *SocketWait) Since(prev *SocketWait) hist.Wait {
+	if prev.Gen != w.Gen {
+		prev = &SocketWait{}
+	}
 	var d hist.Wait
 	for j := range w.Buckets {
 		d.Buckets[j] = uint64(w.Buckets[j] - prev.Buckets[j])
@@ -97,7 +105,7 @@ func (t *Tracer) ReadWaits(into SocketWaits) error {
 	}
 	for i, key := range s.keys {
 		v := &s.values[i]
-		w := SocketWait{Buckets: v.Slots, SumNs: v.SumNs}
+		w := SocketWait{Buckets: v.Slots, SumNs: v.SumNs, Gen: v.Gen}
 		switch v.Epoch {
 		case epoch: // no sample since the bump
 			w.MaxNs = v.MaxCur

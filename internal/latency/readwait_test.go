@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -45,18 +47,29 @@ func readWaits(t *testing.T, tr *Tracer) SocketWaits {
 }
 
 // TestReadWaitPerSocket: with ReadWait, each socket-read sample also goes
-// into its socket's histogram, keyed by the socket's cookie: a TCP and a
-// UDP socket read 120 ms late and a TCP socket read at once have exactly
-// their reads in their own histograms, in the buckets of those waits; the
-// max is the refresh's (0 at the next refresh without reads, the counts
-// unchanged); a forgotten socket is gone.
+// into its socket's histogram: a TCP and a UDP socket read 120 ms late and a
+// TCP socket read at once (from a peer namespace; only our ends read) have
+// exactly their reads in their own histograms, in the buckets of those
+// waits; the max is the refresh's (0 at the next refresh without reads, the
+// counts unchanged); a forgotten socket is gone. Keyed by cookie where
+// tracing programs have the cookie helper (5.12+), and as before 5.12 on
+// every kernel: TCP by the socket's address, UDP by its cookie.
 func TestReadWaitPerSocket(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-rwait", 23)
-	tr := start(t, Config{Hooks: socketReads, ReadWait: true})
+	t.Run("cookie", func(t *testing.T) {
+		if !features.SocketCookieTracing() {
+			testenv.Unsupported(t, "tracing programs cannot call bpf_get_socket_cookie before 5.12")
+		}
+		readWaitPerSocket(t, p, Config{Hooks: socketReads, ReadWait: true})
+	})
+	t.Run("address", func(t *testing.T) {
+		readWaitPerSocket(t, p, Config{Hooks: socketReads, ReadWait: true, noCookieHelper: true})
+	})
+}
+
+func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
+	tr := start(t, cfg)
 	waitForReadStamps(t, tr, p)
-	// The keys are the sockets' cookies: make them before the first read,
-	// so that kernels without the cookie helper (before 5.12) key them so
-	// too rather than by address.
 	slow, slowPeer := p.TCPFromPeer(t, testenv.V4)
 	fast, fastPeer := p.TCPFromPeer(t, testenv.V6)
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.HostIP4.AsSlice()})
@@ -64,17 +77,20 @@ func TestReadWaitPerSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	keys := map[string]uint64{"slow": cookie(t, slow), "fast": cookie(t, fast), "udp": cookie(t, udp)}
-	readWaits(t, tr) // a refresh ends: what follows is the next one's
+	// Without the cookie helper a UDP socket is keyed by the cookie
+	// conntrack makes at socket(): make it here.
+	keys := map[string]uint64{"udp": cookie(t, udp)}
+	before := readWaits(t, tr) // a refresh ends: what follows is the next one's
 
-	const n, delay = 4, 120 * time.Millisecond
-	for range n {
-		testenv.Exchange(t, slow, slowPeer, delay)
-		testenv.Exchange(t, fast, fastPeer, 0)
-	}
+	// Different counts, so that without cookies the TCP sockets' histograms
+	// (keyed by kernel addresses, which user space cannot see) are told
+	// apart by what they hold.
+	const nSlow, nFast, nUDP, delay = 4, 7, 5, 120 * time.Millisecond
+	sendAndRead(t, slow, slowPeer, nSlow, delay)
+	sendAndRead(t, fast, fastPeer, nFast, 0)
 	peer := p.DialUDP(t, udp.LocalAddr().(*net.UDPAddr))
 	buf := make([]byte, 64)
-	for range n {
+	for range nUDP {
 		if _, err := peer.Write([]byte("datagram")); err != nil {
 			t.Fatal(err)
 		}
@@ -86,24 +102,46 @@ func TestReadWaitPerSocket(t *testing.T) {
 	got := readWaits(t, tr)
 	// 120 ms lies in (2^26, 2^27] ns: read-wait bucket 27 - 10.
 	slowBucket := 27 - hist.WaitFirstSlot
-	for name, key := range keys {
-		w, ok := got[key]
-		if !ok {
-			t.Fatalf("%s socket (cookie %d): no histogram; have %v", name, key, got)
-		}
-		var zero SocketWait
-		d := w.Since(&zero)
-		if d.Count() != n {
-			t.Errorf("%s: %d samples, want %d (%v)", name, d.Count(), n, d.Buckets)
-		}
-		if name == "fast" {
-			if d.Max() >= uint64(delay) || d.Quantile(1) >= uint64(delay) {
-				t.Errorf("fast: max %d ns, p100 %d ns: as slow as the slow reads", d.Max(), d.Quantile(1))
+	isSlow := func(d *hist.Wait) bool {
+		return sumWait(d, 0, slowBucket-1) == 0 && d.MaxNs >= uint64(delay) && d.SumNs >= d.Count()*uint64(delay)
+	}
+	isFast := func(d *hist.Wait) bool { return d.Max() < uint64(delay) }
+	growth := func(key uint64) hist.Wait {
+		w, prev := got[key], before[key]
+		return w.Since(&prev)
+	}
+	if cfg.noCookieHelper {
+		// Ours are the only histograms new since before with exactly these
+		// counts and waits (other processes on the host read too).
+		for key := range got {
+			if _, old := before[key]; old || key == keys["udp"] {
+				continue
 			}
-			continue
+			d := growth(key)
+			switch {
+			case d.Count() == nSlow && isSlow(&d):
+				if _, dup := keys["slow"]; dup {
+					t.Fatalf("two histograms hold %d reads over %v", nSlow, delay)
+				}
+				keys["slow"] = key
+			case d.Count() == nFast && isFast(&d):
+				keys["fast"] = key
+			}
 		}
-		if below := sumWait(&d, 0, slowBucket-1); below != 0 || d.MaxNs < uint64(delay) || d.SumNs < n*uint64(delay) {
-			t.Errorf("%s: %d samples below %v, max %d ns, sum %d ns: buckets %v", name, below, delay, d.MaxNs, d.SumNs, d.Buckets)
+	} else {
+		keys["slow"], keys["fast"] = cookie(t, slow), cookie(t, fast)
+	}
+	for name, want := range map[string]uint64{"slow": nSlow, "fast": nFast, "udp": nUDP} {
+		key, ok := keys[name]
+		if _, in := got[key]; !ok || !in {
+			t.Fatalf("%s socket: no histogram (key %d); have %v", name, key, got)
+		}
+		d := growth(key)
+		if d.Count() != want {
+			t.Errorf("%s: %d samples, want %d (%v)", name, d.Count(), want, d.Buckets)
+		}
+		if name == "fast" && !isFast(&d) || name != "fast" && !isSlow(&d) {
+			t.Errorf("%s: max %d ns, sum %d ns: buckets %v", name, d.MaxNs, d.SumNs, d.Buckets)
 		}
 	}
 
@@ -113,7 +151,7 @@ func TestReadWaitPerSocket(t *testing.T) {
 			t.Errorf("%s at a refresh without reads: %+v, want the counts of %+v and max 0", name, w, got[key])
 		}
 	}
-	if err := tr.ForgetSockets([]uint64{keys["slow"], keys["slow"] + 1<<62, keys["fast"]}); err != nil {
+	if err := tr.ForgetSockets([]uint64{keys["slow"], keys["slow"] ^ 1<<62, keys["fast"]}); err != nil {
 		t.Fatalf("forgetting, one key unknown: %v", err)
 	}
 	left := readWaits(t, tr)
@@ -126,6 +164,74 @@ func TestReadWaitPerSocket(t *testing.T) {
 	if _, ok := left[keys["udp"]]; !ok {
 		t.Error("forgetting others dropped the UDP socket's histogram")
 	}
+}
+
+// sendAndRead has peers send n 100-byte messages, each read on ours after
+// delay before the next is sent: n reads, by ours only.
+func sendAndRead(t *testing.T, ours, peers net.Conn, n int, delay time.Duration) {
+	t.Helper()
+	msg := make([]byte, 100)
+	for range n {
+		if _, err := peers.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		if _, err := io.ReadFull(ours, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReadWaitAddressReuse: keyed by address (before 5.12, a UDP socket
+// without a cookie here), a socket that reuses a freed one's memory does not
+// inherit its reads: 20 sockets one after the other, each reading one
+// datagram 50 ms late, no refresh in between, leave no histogram with two
+// such reads — one reused by a later socket started afresh, one generation
+// later (and lost the freed socket's read, which no refresh took). Other
+// processes' reads are in the table too: ours are the ones of 50 ms.
+func TestReadWaitAddressReuse(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-rwreuse", 26)
+	tr := start(t, Config{Hooks: HookSet(0).With(UDPSocketRead), ReadWait: true, noCookieHelper: true})
+	waitForReadStamps(t, tr, p)
+	before := readWaits(t, tr)
+	const sockets, delay = 20, 50 * time.Millisecond
+	bucket := 26 - hist.WaitFirstSlot // 50 ms lies in (2^25, 2^26] ns
+	buf := make([]byte, 64)
+	for range sockets {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.HostIP4.AsSlice()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := p.DialUDP(t, c.LocalAddr().(*net.UDPAddr))
+		if _, err := peer.Write([]byte("datagram")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	var ours, reused int
+	for key, w := range readWaits(t, tr) {
+		prev := before[key]
+		n := w.Since(&prev).Buckets[bucket]
+		if n > 1 {
+			t.Errorf("histogram %x holds %d reads of %v, of sockets that read one each (generation %d)", key, n, delay, w.Gen)
+		}
+		if n > 0 {
+			ours++
+			if w.Gen != prev.Gen {
+				reused++
+			}
+		}
+	}
+	if ours == 0 {
+		t.Errorf("none of our %d reads of %v in the histograms", sockets, delay)
+	}
+	t.Logf("%d histograms hold one of our reads each, %d of them restarted for a socket at a freed one's address",
+		ours, reused)
 }
 
 // TestReadWaitTableFull: with room for one socket, the reads of every other

@@ -64,12 +64,17 @@ func (j *Join) Begin() error {
 }
 
 // Fill sets r's read-wait fields from its socket's histogram (by
-// r.Cookie), all 0 when the socket had no read since the last refresh.
+// r.Cookie, or before 5.12 r.Sk), all 0 when the socket had no read since
+// the last refresh.
 func (j *Join) Fill(r *conn.Record) {
-	w, ok := j.done[r.Cookie]
+	key := r.Cookie
+	if _, ok := j.cur[key]; !ok && r.Sk != 0 {
+		key = r.Sk
+	}
+	w, ok := j.done[key]
 	if !ok {
-		w = j.growth(r.Cookie)
-		j.done[r.Cookie] = w
+		w = j.growth(key)
+		j.done[key] = w
 	}
 	r.ReadWait = w
 	r.ReadWaitP50us, r.ReadWaitP99us, r.ReadWaitMaxus, r.ReadWaitSamples = 0, 0, 0, 0

@@ -14,8 +14,8 @@
  * nothing but the constant's load and a branch never taken per read.
  */
 volatile const bool read_wait = false;
-/* Tracing programs may call bpf_get_socket_cookie since 5.12; before, the
- * socket's cookie field is read, as conntrack does (tcp_key). */
+/* Tracing programs may call bpf_get_socket_cookie since 5.12; before, see
+ * read_wait_key. */
 volatile const bool read_wait_cookie_helper = true;
 
 /*
@@ -39,6 +39,11 @@ struct read_wait {
 	__u64 sum_ns;
 	__u64 max_cur; /* largest sample of epoch `epoch`, ns */
 	__u64 max_prev; /* largest sample of epoch `epoch - 1`, ns */
+	/* Keyed by address (before 5.12), an entry may outlive its socket and
+	 * meet another at the same address: owner tells them apart, and the
+	 * entry starts afresh, one generation later, for the new one. */
+	__u32 owner;
+	__u32 gen;
 };
 
 /*
@@ -63,19 +68,33 @@ struct {
 	__type(value, __u32);
 } read_wait_epoch SEC(".maps");
 
+/*
+ * read_wait_key is the socket's cookie, the key of conntrack's tables.
+ * Before 5.12 tracing programs cannot make a cookie, and conntrack keys a
+ * TCP socket by its address unless it had a cookie at its first state
+ * change: TCP is keyed by address then (user space joins it through the
+ * address conntrack's entry keeps), UDP by the cookie conntrack's
+ * cgroup/sock_create program made at socket(), else by address.
+ */
 static __always_inline __u64 read_wait_key(struct sock *sk)
 {
-	__u64 addr = (__u64)sk;
 	__u64 cookie;
 
 	if (read_wait_cookie_helper)
 		return bpf_get_socket_cookie(sk);
-	/* As conntrack's tcp_key: a socket first seen without a cookie keeps
-	 * its address as key, so both tables name it the same way. */
+	if (sk->sk_protocol == IPPROTO_TCP)
+		return (__u64)sk;
 	cookie = sk->__sk_common.skc_cookie.counter;
-	if (!cookie || bpf_map_lookup_elem(&read_waits, &addr))
-		return addr;
-	return cookie;
+	return cookie ? cookie : (__u64)sk;
+}
+
+/* A socket's fingerprint: its hash and ports, which a socket reusing the
+ * memory of a freed one does not share (but by chance). */
+static __always_inline __u32 read_wait_owner(const struct sock *sk)
+{
+	const struct sock_common *c = &sk->__sk_common;
+
+	return c->skc_hash ^ ((__u32)c->skc_dport << 16 | c->skc_num);
 }
 
 /* read_wait_add adds a socket-read sample of hook to sk's histogram. */
@@ -90,8 +109,17 @@ static __always_inline void read_wait_add(__u32 hook, struct sock *sk, __s64 lat
 
 	epoch = e ? *e : 0;
 	v = bpf_map_lookup_elem(&read_waits, &key);
+	if (v && !read_wait_cookie_helper && v->owner != read_wait_owner(sk)) {
+		/* Not this socket's: a freed one's at the same address. */
+		__builtin_memset(v->slots, 0, sizeof(v->slots));
+		v->sum_ns = v->max_cur = v->max_prev = 0;
+		v->owner = read_wait_owner(sk);
+		v->gen++;
+	}
 	if (!v) {
 		fresh.epoch = epoch;
+		if (!read_wait_cookie_helper)
+			fresh.owner = read_wait_owner(sk);
 		err = bpf_map_update_elem(&read_waits, &key, &fresh, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
 			count(hook, REASON_READ_WAIT_FULL);
