@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
@@ -43,6 +45,7 @@ type probeFlags struct {
 	groupCgroup bool
 	includeHOL  bool
 	backend     string
+	at          []string
 	fs          *pflag.FlagSet // to tell an explicitly empty -e or -d from none
 }
 
@@ -83,12 +86,20 @@ pid 0, comm "-".
 enabled probe exceeds DURATION: the probe, the latency, the connection (or
 the packet's addresses), interface, namespace and, at the socket-read
 probes, the reading process. At most --slow-limit per second; events not
-printed are counted after each report. See docs/LATENCY.md.`,
+printed are counted after each report.
+
+--at SPEC adds a probe at any tracepoint or kernel function that takes an
+skb: tracepoint:CATEGORY:NAME (tp_btf) or fentry:FUNCTION (where the kernel
+allows fentry); the skb argument is found in the kernel's BTF, and SPEC names
+the probe's histograms and events. -e may name a SPEC too, to measure there
+alone. See docs/LATENCY.md.`,
 		Example: `  stacktop latency                       # all probes, report every 5s
   stacktop latency -e tcp-socket-read -C # time until reads, per cgroup
   stacktop latency -e tcp-socket-read -P # time until reads, per process
   stacktop latency -i eth0 -I -r 1 --format json
   stacktop latency -e tcp-socket-read --slow 50ms   # which reads waited over 50ms
+  stacktop latency -e tracepoint:net:netif_receive_skb # only there: the backlog queue
+  stacktop latency --at fentry:ip_local_deliver     # the seven probes and one more
   stacktop latency -l                    # probes and the backend each uses`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLatency(cmd, &f) },
@@ -121,7 +132,8 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
 	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
-	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint")
+	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint (of the built-in probes)")
+	fs.StringArrayVar(&f.at, "at", nil, fmt.Sprintf("also measure at `SPEC`, tracepoint:CATEGORY:NAME or fentry:FUNCTION, a point taking an skb (repeatable, at most %d)", latency.MaxAt))
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if n, ok := netstacklatNames[name]; ok {
 			name = n
@@ -266,35 +278,47 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 	unprivileged := privilege.Check(latencyNeeds(cfg)...)
 	if unprivileged == nil {
 		var err error
-		if choices, err = latency.Probe(cfg.Backend); choices == nil {
+		if choices, err = latency.Probe(cfg.Backend, cfg.At...); choices == nil {
 			return err // nothing could be loaded at all
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tPROGRAMS (ONE RUN PER)\tDESCRIPTION")
-	var notes []string
-	for i, h := range latency.Hooks {
+	type row struct {
+		name, enabled, description string
+		programs                   func(features.Backend) []latency.Program
+	}
+	var rows []row
+	for _, h := range latency.Hooks {
 		enabled := "yes"
 		if !cfg.Hooks.Has(h) {
 			enabled = "no"
 		}
+		rows = append(rows, row{h.String(), enabled, h.Description(),
+			func(b features.Backend) []latency.Program { return latency.Programs(h, b) }})
+	}
+	for _, a := range cfg.At {
+		rows = append(rows, row{a.String(), "yes", a.Description(), a.Programs})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROBE\tENABLED\tBACKEND\tPROGRAMS (ONE RUN PER)\tDESCRIPTION")
+	var notes []string
+	for i, r := range rows {
 		backend, progs := "unknown", "-"
 		if choices != nil {
 			c := choices[i]
 			backend = cmp.Or(string(c.Backend), "none")
 			var names []string
-			for _, p := range latency.Programs(h, c.Backend) {
+			for _, p := range r.programs(c.Backend) {
 				names = append(names, fmt.Sprintf("%s (%s)", p.Name, p.RunsPer))
 			}
 			progs = cmp.Or(strings.Join(names, ", "), "-")
-			for _, r := range c.Refused {
-				notes = append(notes, fmt.Sprintf("%s: %s refused: %s", h, r.Backend, r.Reason))
+			for _, ref := range c.Refused {
+				notes = append(notes, fmt.Sprintf("%s: %s refused: %s", r.name, ref.Backend, ref.Reason))
 			}
 			if c.Backend == "" && len(c.Refused) == 0 {
-				notes = append(notes, fmt.Sprintf("%s: no %s program implements it yet", h, cfg.Backend))
+				notes = append(notes, fmt.Sprintf("%s: no %s program implements it yet", r.name, cfg.Backend))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h, enabled, backend, progs, h.Description())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.name, r.enabled, backend, progs, r.description)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -317,27 +341,20 @@ func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 	if cfg.Backend, err = features.ParseBackend(f.backend); err != nil {
 		return cfg, sel, err
 	}
-	if cfg.Hooks, err = f.hooks(); err != nil {
+	var specs []string // -e's --at specs
+	if cfg.Hooks, specs, err = f.hooks(); err != nil {
 		return cfg, sel, err
+	}
+	if cfg.At, err = f.atProbes(specs); err != nil {
+		return cfg, sel, err
+	}
+	if cfg.Hooks == 0 && len(cfg.At) == 0 {
+		return cfg, sel, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
 	}
 	if sel, err = f.sel.Parse(); err != nil {
 		return cfg, sel, err
 	}
-	cfg.PIDs = sel.PIDs
-	for _, ifc := range sel.Interfaces {
-		cfg.Ifindexes = append(cfg.Ifindexes, uint32(ifc.Index))
-	}
-	for _, c := range sel.Cgroups {
-		cfg.Cgroups = append(cfg.Cgroups, c.ID)
-	}
-	switch {
-	case sel.Netns.All:
-		cfg.Netns = latency.AllNetns
-	case sel.Netns.Own:
-		cfg.Netns = latency.OwnNetns
-	default:
-		cfg.Netns = int64(sel.Netns.Inode)
-	}
+	cfg.Select(sel)
 	q, err := strconv.ParseUint(f.minQueue, 10, 32)
 	if err != nil || q > 65536 {
 		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
@@ -347,23 +364,33 @@ func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 	return cfg, sel, nil
 }
 
-func (f *probeFlags) hooks() (latency.HookSet, error) {
+// hooks returns the built-in probes -e/-d select and the --at specs -e
+// names (a name with a colon).
+func (f *probeFlags) hooks() (latency.HookSet, []string, error) {
 	if len(f.enable) > 0 && len(f.disable) > 0 {
-		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
+		return 0, nil, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
 			"cannot be combined with --enable-probes %q", strings.Join(f.enable, ","))
 	}
 	set := latency.AllHooks
 	if len(f.enable) > 0 {
 		set = 0
 	}
+	var specs []string
 	for flag, names := range map[string][]string{"enable-probes": f.enable, "disable-probes": f.disable} {
 		if len(names) == 0 && f.fs != nil && f.fs.Changed(flag) {
-			return 0, clierr.Usage(flag, "", "names no probe (leave the flag out for all of them)")
+			return 0, nil, clierr.Usage(flag, "", "names no probe (leave the flag out for all of them)")
 		}
 		for _, name := range names {
+			if strings.Contains(name, ":") {
+				if flag == "disable-probes" {
+					return 0, nil, clierr.Usage(flag, name, "names the built-in probes only (an --at probe runs when given)")
+				}
+				specs = append(specs, name)
+				continue
+			}
 			h, err := latency.ParseHook(name)
 			if err != nil {
-				return 0, clierr.Usage(flag, name, "%v", err)
+				return 0, nil, clierr.Usage(flag, name, "%v, or an --at spec", err)
 			}
 			if flag == "enable-probes" {
 				set = set.With(h)
@@ -372,10 +399,45 @@ func (f *probeFlags) hooks() (latency.HookSet, error) {
 			}
 		}
 	}
-	if set == 0 {
-		return 0, clierr.Usage("disable-probes", strings.Join(f.disable, ","), "leaves no probe enabled")
+	return set, specs, nil
+}
+
+// atProbes checks the --at specs, then those -e named, against the kernel:
+// a spec that names no point taking an skb exits 2 naming --at (or -e) and
+// the spec; a point given twice is one probe.
+func (f *probeFlags) atProbes(fromEnable []string) ([]latency.At, error) {
+	var out []latency.At
+	seen := map[string]bool{}
+	add := func(flag, spec string) error {
+		a, err := latency.ParseAt(spec)
+		var bad *attach.PointError
+		if errors.As(err, &bad) {
+			return clierr.Usage(flag, spec, "%s", bad.Reason)
+		}
+		if err != nil {
+			return fmt.Errorf("--%s %q: %w", flag, spec, err)
+		}
+		if seen[a.String()] {
+			return nil
+		}
+		if len(out) == latency.MaxAt {
+			return clierr.Usage(flag, spec, "at most %d --at probes", latency.MaxAt)
+		}
+		seen[a.String()] = true
+		out = append(out, a)
+		return nil
 	}
-	return set, nil
+	for _, spec := range f.at {
+		if err := add("at", spec); err != nil {
+			return nil, err
+		}
+	}
+	for _, spec := range fromEnable {
+		if err := add("enable-probes", spec); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // hookNames lists the hooks in set, comma-separated, in probe order.

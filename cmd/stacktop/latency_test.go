@@ -69,6 +69,17 @@ func TestLatencyBadInput(t *testing.T) {
 		{[]string{"--slow-limit", "5"}, `invalid --slow-limit "5": needs --slow`},
 		{[]string{"--slow", "50ms", "--slow-limit", "-1"}, `invalid --slow-limit "-1": must be a number of events per second from 0 (no limit) to 1000000`},
 		{[]string{"--slow", "50ms", "--slow-limit", "1000001"}, `invalid --slow-limit "1000001"`},
+		{[]string{"--at", "kprobe:ip_rcv"}, `invalid --at "kprobe:ip_rcv": must be tracepoint:CATEGORY:NAME or fentry:FUNCTION`},
+		{[]string{"--at", "tracepoint:netif_receive_skb"}, `invalid --at "tracepoint:netif_receive_skb": a tracepoint is tracepoint:CATEGORY:NAME`},
+		{[]string{"--at", "fentry:ip rcv"}, `invalid --at "fentry:ip rcv": the function name "ip rcv" is not a C identifier`},
+		{[]string{"--at", "tracepoint:net:stacktop_no_such"}, `invalid --at "tracepoint:net:stacktop_no_such": this kernel has no tracepoint stacktop_no_such`},
+		{[]string{"--at", "fentry:stacktop_no_such"}, `invalid --at "fentry:stacktop_no_such": this kernel has no function stacktop_no_such in its BTF`},
+		{[]string{"--at", "tracepoint:sock:inet_sock_set_state"}, `invalid --at "tracepoint:sock:inet_sock_set_state": tracepoint sock:inet_sock_set_state takes no struct sk_buff * (`},
+		{[]string{"--at", "fentry:tcp_sendmsg"}, `invalid --at "fentry:tcp_sendmsg": function tcp_sendmsg takes no struct sk_buff * (struct sock *sk, `},
+		{[]string{"-e", "tracepoint:net:stacktop_no_such"}, `invalid --enable-probes "tracepoint:net:stacktop_no_such": this kernel has no tracepoint`},
+		{[]string{"-d", "tracepoint:net:netif_receive_skb"}, `invalid --disable-probes "tracepoint:net:netif_receive_skb": names the built-in probes only`},
+		{append(nineAts(), "-r", "1"), `invalid --at "tracepoint:tcp:tcp_retransmit_skb": at most 8 --at probes`},
+		{[]string{"--at", "tracepoint:net:netif_receive_skb", "-r", "1"}, "stacktop needs CAP_BPF"},
 		{[]string{"-e", "udp-start", "-r", "1"}, "stacktop needs CAP_BPF and CAP_PERFMON (to load BPF programs; CAP_SYS_ADMIN also does) and CAP_NET_ADMIN"},
 	}
 	for _, c := range cases {
@@ -91,6 +102,17 @@ func TestLatencyBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// nineAts is one --at more than latency takes: nine tracepoints with an
+// skb that every kernel of the matrix has, the last one too many.
+func nineAts() []string {
+	var args []string
+	for _, tp := range []string{"net:netif_receive_skb", "net:netif_rx", "net:net_dev_queue", "net:net_dev_xmit",
+		"net:napi_gro_receive_entry", "skb:kfree_skb", "skb:consume_skb", "tcp:tcp_probe", "tcp:tcp_retransmit_skb"} {
+		args = append(args, "--at", "tracepoint:"+tp)
+	}
+	return args
 }
 
 // bpfObjectsOf returns the ids of the BPF programs and links the process
@@ -142,8 +164,14 @@ func stillLoaded(t *testing.T, progs, links map[int]bool) []string {
 // channel.
 func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	backend := requireBackend(t)
-	cmd := exec.Command(testenv.Binary(t), append([]string{"latency", "--backend", backend}, args...)...)
+	return startLatency(t, append([]string{"--backend", requireBackend(t)}, args...)...)
+}
+
+// startLatency starts `stacktop latency args...` as root and returns it with
+// its stdout lines arriving on a channel; it is killed when the test ends.
+func startLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(testenv.Binary(t), append([]string{"latency"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -382,4 +410,114 @@ func TestLatencyForcedBackend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLatencyAt: `-e SPEC` measures at that point alone, named by its spec
+// in the JSON records, counting at least the peer's datagrams; `-l --at`
+// lists the probe with its backend and program; a tracepoint named under
+// the wrong category exits 2 naming the right one (root: only root reads
+// tracefs); an fentry point where the kernel refuses fentry exits 1 with
+// the refusal -l shows, and runs where it does not.
+func TestLatencyAt(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Binary(t)
+	const rx, fn = "tracepoint:net:netif_receive_skb", "fentry:ip_rcv"
+
+	t.Run("records", func(t *testing.T) {
+		p := testenv.NewPeer(t, "stl-atcli", 26)
+		cmd, lines := startLatency(t, "-e", rx, "-i", p.HostIf, "--format", "json", "-r", "100ms")
+		record := func(line string) latency.Record {
+			var r latency.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil || r.Hook != rx {
+				t.Errorf("want only records of %s, got %q (%v)", rx, line, err)
+			}
+			return r
+		}
+		// the first record appears once the probe is attached and
+		// stamping is on
+		deadline := time.Now().Add(startTimeout)
+		for len(lines) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no record within %v", startTimeout)
+			}
+			p.UDPToHost(t, testenv.V4, 1, 50*time.Millisecond)
+		}
+		var first latency.Record
+		for len(lines) > 0 {
+			first = record(<-lines)
+		}
+		const n = 20
+		p.UDPToHost(t, testenv.V4, n, 0)
+		time.Sleep(300 * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var last latency.Record
+		for line := range lines {
+			last = record(line)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if last.Count < first.Count+n || last.Buckets[len(last.Buckets)-1].Count != last.Count {
+			t.Errorf("final record %+v after %+v, want %d samples more, with cumulative buckets ending at the count", last, first, n)
+		}
+	})
+
+	t.Run("list", func(t *testing.T) {
+		out, err := exec.Command(bin, "latency", "-l", "-e", "tcp-socket-read", "--at", rx).CombinedOutput()
+		if err != nil {
+			t.Fatalf("-l: %v\n%s", err, out)
+		}
+		var row string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, rx+" ") {
+				row = line
+			}
+		}
+		if f := strings.Fields(row); len(f) < 4 || f[1] != "yes" || f[2] != "tracepoint" || f[3] != "tp_at" ||
+			!strings.Contains(row, "whose argument 1 is the skb") {
+			t.Errorf("-l lists %s as %q, want enabled, tracepoint, tp_at, argument 1:\n%s", rx, row, out)
+		}
+	})
+
+	t.Run("category", func(t *testing.T) {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "latency", "--at", "tracepoint:skb:netif_receive_skb")
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		want := `invalid --at "tracepoint:skb:netif_receive_skb": tracepoint netif_receive_skb is in category net, not skb`
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("exit %v, stderr %q; want 2 and %q", err, stderr.String(), want)
+		}
+	})
+
+	t.Run("fentry", func(t *testing.T) {
+		out, err := exec.Command(bin, "latency", "-l", "--at", fn).Output()
+		if err != nil {
+			t.Fatalf("-l: %v", err)
+		}
+		var refusal string
+		for _, line := range strings.Split(string(out), "\n") {
+			if r, ok := strings.CutPrefix(line, fn+": fentry refused: "); ok {
+				refusal = r
+			}
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, "latency", "-e", fn, "-r", "100ms", "--count", "1")
+		cmd.Stderr = &stderr
+		err = cmd.Run()
+		if refusal == "" {
+			if err != nil {
+				t.Fatalf("-l shows %s attached, yet: %v; stderr: %s", fn, err, stderr.String())
+			}
+			return
+		}
+		want := fmt.Sprintf("error: hook %s: no backend could attach (fentry: %s", fn, refusal)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.HasPrefix(stderr.String(), want) {
+			t.Errorf("exit %v, stderr %q; want 1 and %q", err, stderr.String(), want)
+		}
+	})
 }

@@ -69,7 +69,9 @@ application read it; Cloudflare's configuration), on every kernel alike.
 --latency.probes tcp-socket-read,udp-socket-read adds UDP: cheap with the
 fentry backend (one program per UDP read), a program on every received
 packet, TCP included, with the tracepoint backend. --latency.probes all (or
-a list) runs the others. --compat ebpf_exporter exports the histograms as
+a list) runs the others, and --at SPEC (as for stacktop latency)
+adds a probe at a tracepoint or kernel function of your choosing, its
+series labelled hook="SPEC". --compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
@@ -190,23 +192,17 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if !o.collectLatency && !o.collectConns {
 		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
 	}
-	var latencySel selector.Selection
 	var err error
-	if c.latency, latencySel, err = o.probes.config(); err != nil {
+	if c.latency, c.selection, err = o.probes.config(); err != nil {
 		return c, err
 	}
 	if c.latency.Hooks, err = o.latencyHooks(c.latency.Hooks); err != nil {
 		return c, err
 	}
-	// The probes' selection selects the connections too, except that
-	// without -n connections of every namespace are exported.
-	if !o.probes.sel.NetnsChanged() {
-		latencySel.Netns = selector.Netns{All: true}
-	}
-	if c.sel, err = o.conns.CompileWith(latencySel); err != nil {
+	// The probes' selection selects the connections too.
+	if c.sel, err = o.conns.CompileWith(c.selection); err != nil {
 		return c, err
 	}
-	c.selection = latencySel
 	pods, err := o.pods.Resolver()
 	if err != nil {
 		return c, err
@@ -252,6 +248,8 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 	list := strings.Join(o.latencyProbes, ",")
 	explicit := len(o.probes.enable) > 0 || len(o.probes.disable) > 0
 	switch {
+	case !o.collectLatency && len(o.probes.at) > 0:
+		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --at %q", o.probes.at[0])
 	case !o.collectLatency && (o.latencyProbes != nil || explicit):
 		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with a choice of latency probes")
 	case o.latencyProbes != nil && explicit:

@@ -112,6 +112,21 @@ func seriesOf(body, name string) []string {
 	return out
 }
 
+// gaugeOf returns the value of a metric exported as one series without
+// labels, or 0 when it is not exported.
+func gaugeOf(body, name string) float64 {
+	if s := seriesOf(body, name); len(s) == 1 {
+		return sampleValue(s[0])
+	}
+	return 0
+}
+
+// sampleValue returns the value of one exposition line.
+func sampleValue(line string) float64 {
+	v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+	return v
+}
+
 // The hooks serve attached, from stacktop_probe_backend_info.
 func attachedHooks(body string) []string {
 	var hooks []string
@@ -129,8 +144,9 @@ func attachedHooks(body string) []string {
 }
 
 // serve attaches by default only the socket-read latency probes, the
-// others one --latency.probes away, and the collector toggles leave out
-// what is switched off: not attached, not exported.
+// others one --latency.probes away, --at adds its probe to them, and the
+// collector toggles leave out what is switched off: not attached, not
+// exported.
 func TestServeProbeSetAndCollectors(t *testing.T) {
 	cases := []struct {
 		args       []string
@@ -145,6 +161,7 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 		// runs it alone: either way no other hook.
 		{[]string{"--collector.read-wait"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--collector.read-wait", "--no-collector.latency"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
+		{[]string{"--no-collector.connections", "--at", "tracepoint:net:netif_receive_skb"}, "tcp-socket-read,tracepoint:net:netif_receive_skb", false},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -198,25 +215,18 @@ func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		body = scrape(t, url)
-		folded = 0
-		if f := seriesOf(body, "stacktop_folded_aggregates"); len(f) == 1 {
-			folded, _ = strconv.ParseFloat(strings.Fields(f[0])[1], 64)
-		}
+		folded = gaugeOf(body, "stacktop_folded_aggregates")
 		sent = seriesOf(body, "stacktop_sent_bytes_total")
 		ours = 0
 		for _, line := range sent {
 			if strings.Contains(line, `comm="stm-`) || strings.Contains(line, `comm="other"`) {
-				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				ours += v
+				ours += sampleValue(line)
 			}
 		}
 		// A connection whose events the kernel could not deliver (a
 		// program run skipped: on 7.x a task preempted inside it) is
 		// counted lost and may miss its bytes; nothing else may.
-		lost := 0.0
-		if l := seriesOf(body, "stacktop_lost_events_total"); len(l) == 1 {
-			lost, _ = strconv.ParseFloat(strings.Fields(l[0])[1], 64)
-		}
+		lost := gaugeOf(body, "stacktop_lost_events_total")
 		if folded >= names-limit && ours >= names*payload-lost*payload {
 			if lost > 0 {
 				t.Logf("%v events lost, %v bytes missing", lost, names*payload-ours)

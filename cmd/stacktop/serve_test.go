@@ -52,6 +52,8 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
 		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing
 		{[]string{"--web.max-connections", "0"}, `invalid --web.max-connections "0": must be between 1 and 65536`},
+		{[]string{"--at", "kprobe:ip_rcv"}, `invalid --at "kprobe:ip_rcv": must be tracepoint:CATEGORY:NAME or fentry:FUNCTION`},
+		{[]string{"--no-collector.latency", "--at", "tracepoint:net:netif_receive_skb"}, `invalid --no-collector.latency "true": cannot be combined with --at "tracepoint:net:netif_receive_skb"`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(append([]string{"stacktop", "serve"}, c.args...)...)

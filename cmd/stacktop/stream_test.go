@@ -131,7 +131,7 @@ func newTraffic(t *testing.T, name string, subnet int) *traffic {
 	tr := &traffic{peer: p, port: l.Addr().(*net.TCPAddr).Port}
 	var err error
 	if tr.held, err = net.Dial("tcp", tr.addr()); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (%s)", err, p.Diagnose())
 	}
 	t.Cleanup(func() { tr.held.Close() })
 	return tr

@@ -81,7 +81,8 @@ func (o *Options) Compile() (*Filter, error) {
 
 // CompileWith validates the matcher options and combines them with a
 // selection parsed elsewhere (serve shares -p/-c/-i/-n with its latency
-// probes).
+// probes). A namespace selection left at its default selects connections in
+// every namespace: they are host-wide unless -n is given.
 func (o *Options) CompileWith(sel selector.Selection) (*Filter, error) {
 	f := &Filter{tcp: o.TCP || !o.UDP, udp: o.UDP || !o.TCP, pids: sel.PIDs}
 	if o.Process != "" {
@@ -101,7 +102,7 @@ func (o *Options) CompileWith(sel selector.Selection) (*Filter, error) {
 	for _, c := range sel.Cgroups {
 		f.cgroups = append(f.cgroups, c.Path)
 	}
-	if !sel.Netns.All {
+	if !sel.Netns.All && !sel.NetnsDefault {
 		f.netns, f.netnsSet = uint32(sel.Netns.Inode), true
 	}
 	for _, ifc := range sel.Interfaces {

@@ -67,3 +67,32 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultNetnsSelectsEveryNamespace: a command whose -n defaults to our
+// own namespace (serve, for its latency probes) still selects connections
+// of every namespace until -n is given.
+func TestDefaultNetnsSelectsEveryNamespace(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{{nil, true}, {[]string{"--netns", "0"}, false}} {
+		var o Options
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.Selectors.Register(fs, Help, "0")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		sel, err := o.Selectors.Parse()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := o.CompileWith(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := &conn.Record{Proto: "tcp", Netns: 1} // no namespace has inode 1
+		if got := f.Match(other); got != c.want {
+			t.Errorf("%v: a connection of another namespace matches: %v, want %v", c.args, got, c.want)
+		}
+	}
+}

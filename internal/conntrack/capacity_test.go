@@ -108,13 +108,12 @@ func TestClosedBeyondLimit(t *testing.T) {
 	// waits: these closes wait in the ring until the snapshot flushes it.
 	// An event is the entry behind the ring's 8-byte header.
 	const event = int(unsafe.Sizeof(connsConn{})) + 8
-	deadline := time.Now().Add(10 * time.Second)
-	for tr.closed.reader.AvailableBytes() < (n+limit)*event {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d closed events in the ring after 10s, want %d", tr.closed.reader.AvailableBytes()/event, n+limit)
+	testenv.Eventually(t, 10*time.Second, "closed events in the ring", func() error {
+		if have := tr.closed.reader.AvailableBytes() / event; have < n+limit {
+			return fmt.Errorf("%d, want %d", have, n+limit)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	s, err := tr.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -240,9 +239,9 @@ func TestMassClose(t *testing.T) {
 // skippedStateRuns is how many runs of conns_tcp_state the kernel skipped.
 func skippedStateRuns(t *testing.T, tr *Tracker) uint64 {
 	t.Helper()
-	for _, a := range tr.attached {
-		if a.name == connsProgConnsTcpState {
-			s, err := a.prog.Stats()
+	for _, a := range tr.engine.Attached() {
+		if a.Name == connsProgConnsTcpState {
+			s, err := a.Program.Stats()
 			if err != nil {
 				t.Fatal(err)
 			}

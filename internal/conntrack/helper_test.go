@@ -212,9 +212,9 @@ func openTracker(t *testing.T, cfg Config) *Tracker {
 		// A tracing program the kernel skips because it is already running
 		// on that CPU (preempted) misses an event: say so, it explains
 		// bytes that are missing.
-		for _, a := range tr.attached {
-			if s, err := a.prog.Stats(); err == nil && s.RecursionMisses > 0 {
-				t.Logf("program %v missed %d runs", a.prog, s.RecursionMisses)
+		for _, a := range tr.engine.Attached() {
+			if s, err := a.Program.Stats(); err == nil && s.RecursionMisses > 0 {
+				t.Logf("program %v missed %d runs", a.Program, s.RecursionMisses)
 			}
 		}
 		tr.Close()

@@ -349,12 +349,12 @@ http {
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	master := uint32(cmd.Process.Pid)
 	var workers []uint32
-	for deadline := time.Now().Add(10 * time.Second); len(workers) < 2; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx started %d workers within 10s, want 2", len(workers))
+	testenv.Eventually(t, 10*time.Second, "nginx's workers", func() error {
+		if workers = children(master); len(workers) < 2 {
+			return fmt.Errorf("%d started, want 2", len(workers))
 		}
-		workers = children(master)
-	}
+		return nil
+	})
 	tr := openTracker(t, Config{})
 	const conns = 20
 	var held []net.Conn

@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netns"
+
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // namespaceSet holds a handle on each network namespace that has tracked
@@ -25,7 +27,7 @@ type namespaceSet struct {
 // no longer be found has no socket left to refresh; the handle of one that
 // has no entry left is closed, so that it can go away.
 func (t *Tracker) refreshCounters() error {
-	it := t.iterator(refreshProgram)
+	it := t.engine.Iterator(refreshProgram)
 	if it == nil {
 		return nil
 	}
@@ -47,15 +49,19 @@ func (t *Tracker) refreshCounters() error {
 			return fmt.Errorf("taking new namespaces: %w", err)
 		}
 	}
-	var paths map[uint32]string // looked up once, when a namespace is new to us
+	var paths map[uint64]string // looked up once, when a namespace is new to us
 	for ino := range want {
 		if _, ok := n.handles[ino]; ok {
 			continue
 		}
 		if paths == nil {
-			paths = namespaces()
+			paths = selector.Namespaces()
 		}
-		if h, err := netns.GetFromPath(paths[ino]); err == nil && paths[ino] != "" {
+		path, alive := paths[uint64(ino)]
+		if !alive {
+			continue
+		}
+		if h, err := netns.GetFromPath(path); err == nil {
 			n.handles[ino] = h
 		}
 	}

@@ -21,7 +21,7 @@ const ownerPasses = 3
 // owner in the kernel's entries) when one of them was looked for at fewer
 // than ownerPasses refreshes, and reads their entries again.
 func (t *Tracker) ownAccepted(cookies []uint64, entries []connsConn) error {
-	it := t.iterator(ownersProgram)
+	it := t.engine.Iterator(ownersProgram)
 	if it == nil {
 		return nil
 	}

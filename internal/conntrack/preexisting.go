@@ -18,6 +18,7 @@ import (
 
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // preexisting is a TCP socket that was open before the tracker attached, as
@@ -40,8 +41,8 @@ type preexisting struct {
 func listPreexisting() (tcp map[uint64]*preexisting, udp map[uint64]connsOwner) {
 	owners := socketOwners()
 	tcp, udp = map[uint64]*preexisting{}, map[uint64]connsOwner{}
-	for ino, path := range namespaces() {
-		if err := listNamespace(path, ino, owners, tcp, udp); err != nil {
+	for ino, path := range selector.Namespaces() {
+		if err := listNamespace(path, uint32(ino), owners, tcp, udp); err != nil {
 			// Namespaces come and go; one that vanished has nothing to list.
 			slog.Debug("listing connections of a network namespace", "path", path, "err", err)
 		}
@@ -111,35 +112,19 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 	return nil
 }
 
-// namespaces returns a path to each network namespace, by inode.
-func namespaces() map[uint32]string {
-	paths, _ := filepath.Glob("/proc/[0-9]*/ns/net")
-	named, _ := filepath.Glob("/run/netns/*")
-	out := map[uint32]string{}
-	for _, p := range append(paths, named...) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil {
-			if _, seen := out[uint32(st.Ino)]; !seen {
-				out[uint32(st.Ino)] = p
-			}
-		}
-	}
-	return out
-}
-
 // adoptPreexisting gives every TCP socket that existed before start-up an
 // entry in the kernel's table, so that its counters are refreshed like
 // those of the others (conns_adopt, in every namespace).
 func (t *Tracker) adoptPreexisting() error {
-	it := t.iterator(adoptProgram)
+	it := t.engine.Iterator(adoptProgram)
 	if it == nil {
 		return nil
 	}
 	all := map[uint32]netns.NsHandle{}
 	defer closeHandles(all)
-	for ino, path := range namespaces() {
+	for ino, path := range selector.Namespaces() {
 		if h, err := netns.GetFromPath(path); err == nil { // namespaces come and go
-			all[ino] = h
+			all[uint32(ino)] = h
 		}
 	}
 	return inEach(all, it)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/bpfmap"
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
@@ -87,14 +87,11 @@ func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 // Tracker owns the loaded programs and the state needed between snapshots.
 // Its methods are safe for concurrent use.
 type Tracker struct {
-	cfg      Config
-	spec     *ebpf.CollectionSpec
-	objs     connsMaps
-	maps     map[string]*ebpf.Map
-	attached []attachment
-	choices  []features.Choice
-	closed   *closedCollector
-	cgroups  *cgroup.Resolver
+	cfg     Config
+	engine  *attach.Engine
+	objs    connsMaps // the engine's maps
+	closed  *closedCollector
+	cgroups *cgroup.Resolver
 
 	mu          sync.Mutex
 	preexisting map[uint64]*preexisting // by socket cookie, until they close
@@ -129,44 +126,33 @@ func Probe() ([]features.Choice, error) {
 		return nil, err
 	}
 	err := t.attachHooks()
-	return t.choices, err
+	return t.engine.Choices(), err
 }
 
 // loadMaps creates the maps every program of the object shares.
 func (t *Tracker) loadMaps() error {
+	// Before tracingCookie, which loads a program too.
 	if err := features.RemoveMemlock(); err != nil {
 		return err
 	}
-	var err error
-	if t.spec, err = loadConns(); err != nil {
+	spec, err := loadConns()
+	if err != nil {
 		return err
 	}
-	if err := sizeMaps(t.spec, t.cfg.MaxConnections); err != nil {
+	if err := sizeMaps(spec, t.cfg.MaxConnections); err != nil {
 		return err
 	}
 	var vars connsVariableSpecs
-	if err := t.spec.Assign(&vars); err != nil {
+	if err := spec.Assign(&vars); err != nil {
 		return err
 	}
 	if err := vars.TracingCookie.Set(tracingCookie()); err != nil {
 		return fmt.Errorf("%s: %w", vars.TracingCookie.Name, err)
 	}
-	if err := t.spec.LoadAndAssign(&t.objs, nil); err != nil {
-		return fmt.Errorf("creating connection maps: %w", err)
+	if t.engine, err = attach.Load(spec, attach.Netns{}); err != nil {
+		return fmt.Errorf("connection tracking: %w", err)
 	}
-	// Every map the programs share: a program loaded without its
-	// replacement here would silently get a map of its own.
-	t.maps = map[string]*ebpf.Map{
-		connsMapConns: t.objs.Conns, connsMapFlows: t.objs.Flows, connsMapOwners: t.objs.Owners,
-		connsMapListeners: t.objs.Listeners, connsMapClosed: t.objs.Closed, connsMapDrops: t.objs.Drops,
-		connsMapStateMarks: t.objs.StateMarks, connsMapNetnsNew: t.objs.NetnsNew,
-	}
-	for name := range t.spec.Maps {
-		if _, shared := t.maps[name]; !shared && !strings.HasPrefix(name, ".") { // .rodata: constants
-			return fmt.Errorf("map %s is not shared between the connection programs", name)
-		}
-	}
-	return nil
+	return t.engine.AssignMaps(&t.objs)
 }
 
 func (t *Tracker) open() error {
@@ -201,19 +187,23 @@ func (t *Tracker) open() error {
 }
 
 // Choices reports the backend chosen for each hook and why others were refused.
-func (t *Tracker) Choices() []features.Choice { return t.choices }
+func (t *Tracker) Choices() []features.Choice {
+	if t.engine == nil {
+		return nil
+	}
+	return t.engine.Choices()
+}
 
 // Close detaches every program and frees the maps.
 func (t *Tracker) Close() error {
 	var errs []error
-	for _, a := range t.attached {
-		errs = append(errs, a.close())
-	}
 	if t.closed != nil {
 		errs = append(errs, t.closed.close())
 	}
 	t.netns.close()
-	errs = append(errs, t.objs.Close())
+	if t.engine != nil {
+		errs = append(errs, t.engine.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -415,11 +405,11 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 		}
 	}
 	var skipped uint64
-	for _, a := range t.attached {
-		if spare(a.name) {
+	for _, a := range t.engine.Attached() {
+		if spare(a.Name) {
 			continue
 		}
-		s, err := a.prog.Stats()
+		s, err := a.Program.Stats()
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading program statistics: %w", err)
 		}

@@ -21,7 +21,7 @@ func (t *Tracer) refreshClock() error {
 	if err != nil {
 		return err
 	}
-	if err := t.maps[latencyMapClockOffset].Put(uint32(0), offset); err != nil {
+	if err := t.objs.ClockOffset.Put(uint32(0), offset); err != nil {
 		return fmt.Errorf("storing the clock offset: %w", err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/selector"
 )
 
 // Network namespace selections besides an inode number (netstacklat's -n).
@@ -47,10 +48,34 @@ type Config struct {
 	// (PIDs, Cgroups, Ifindexes, Netns, MinQueueLen) do not apply to it.
 	ReadWait   bool
 	MaxSockets uint32
+	// At are probes the user names (--at), recorded as hooks after the
+	// built-in ones; at most MaxAt, each at a different point.
+	At []At
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
 	// noCookieHelper keys read wait as on kernels before 5.12 (tests).
 	noCookieHelper bool
+}
+
+// Select applies a selection (-p, -c, -i, -n): the reading processes and
+// cgroups, the interfaces by index and the namespaces, as the kernel filters
+// them.
+func (c *Config) Select(sel selector.Selection) {
+	c.PIDs, c.Ifindexes, c.Cgroups = sel.PIDs, nil, nil
+	for _, ifc := range sel.Interfaces {
+		c.Ifindexes = append(c.Ifindexes, uint32(ifc.Index))
+	}
+	for _, cg := range sel.Cgroups {
+		c.Cgroups = append(c.Cgroups, cg.ID)
+	}
+	switch {
+	case sel.Netns.All:
+		c.Netns = AllNetns
+	case sel.Netns.Own:
+		c.Netns = OwnNetns
+	default:
+		c.Netns = int64(sel.Netns.Inode)
+	}
 }
 
 // defaultMaxHistograms bounds the (hook, iface, cgroup, process) combinations kept;
@@ -70,6 +95,15 @@ const defaultSlowRingBytes = 256 << 10
 // packet 160-180 ns at its first earlier hook, 16,384 280-300 ns, 65,536
 // 240-400 ns (the slot's cache line; docs/LATENCY.md).
 const slowTrails = 1 << 14
+
+// trailMask is the value of trail_mask: slow_trails has slowTrails slots
+// with --slow, else one (unused).
+func trailMask(cfg Config) uint32 {
+	if cfg.Slow > 0 {
+		return slowTrails - 1
+	}
+	return 0
+}
 
 // configure writes cfg into the BPF object before it is loaded: constants
 // the verifier can prune on, and map sizes. taiClock and skStorageTracing
@@ -98,15 +132,20 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		{s.IncludeHolBlocked, cfg.IncludeHOL},
 		{s.SlowNs, uint64(cfg.Slow)},
 		{s.SlowLimit, cfg.SlowLimit},
+		{s.TrailMask, trailMask(cfg)},
+		// Read wait: off, the verifier removes all of it.
+		{s.ReadWait, cfg.ReadWait},
+		{s.ReadWaitCookieHelper, readWaitCookieHelper(cfg)},
 	}
 	for _, c := range consts {
 		if err := c.v.Set(c.value); err != nil {
 			return fmt.Errorf("setting %s: %w", c.v.Name, err)
 		}
 	}
-	if err := readWaitConstants(&s, cfg); err != nil {
-		return err
-	}
+	// The --at probes' hooks follow the built-in ones.
+	nHooks := uint32(numHooks) + uint32(len(cfg.At))
+	s.HookHists.MaxEntries = nHooks
+	s.Counters.MaxEntries = nHooks * uint32(numReasons)
 	s.PidFilter.MaxEntries = uint32(max(len(cfg.PIDs), 1))
 	s.IfindexFilter.MaxEntries = uint32(max(len(cfg.Ifindexes), 1))
 	s.CgroupFilter.MaxEntries = uint32(max(len(cfg.Cgroups), 1))
@@ -117,11 +156,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 	s.SlowEvents.MaxEntries = uint32(os.Getpagesize()) // the smallest ring: unused
 	if cfg.Slow > 0 {
 		s.SlowEvents.MaxEntries = cmp.Or(cfg.slowRingBytes, defaultSlowRingBytes)
-		s.SlowTrails.MaxEntries = slowTrails
+		s.SlowTrails.MaxEntries = trailMask(cfg) + 1
 	}
-	if err := s.TrailMask.Set(uint32(s.SlowTrails.MaxEntries - 1)); err != nil {
-		return fmt.Errorf("setting %s: %w", s.TrailMask.Name, err)
-	}
+	s.ReadWaits.MaxEntries = readWaitSockets(cfg)
 	if skStorageTracing {
 		s.TcpStatesBySock.MaxEntries = 1 // unused
 	}
@@ -129,20 +166,20 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 }
 
 // fillFilters puts the filter values into the loaded maps.
-func fillFilters(maps map[string]*ebpf.Map, cfg Config) error {
+func fillFilters(maps *latencyMaps, cfg Config) error {
 	one := uint8(1)
 	for _, pid := range cfg.PIDs {
-		if err := maps[latencyMapPidFilter].Put(pid, one); err != nil {
+		if err := maps.PidFilter.Put(pid, one); err != nil {
 			return fmt.Errorf("pid filter: %w", err)
 		}
 	}
 	for _, idx := range cfg.Ifindexes {
-		if err := maps[latencyMapIfindexFilter].Put(idx, one); err != nil {
+		if err := maps.IfindexFilter.Put(idx, one); err != nil {
 			return fmt.Errorf("interface filter: %w", err)
 		}
 	}
 	for _, id := range cfg.Cgroups {
-		if err := maps[latencyMapCgroupFilter].Put(id, one); err != nil {
+		if err := maps.CgroupFilter.Put(id, one); err != nil {
 			return fmt.Errorf("cgroup filter: %w", err)
 		}
 	}

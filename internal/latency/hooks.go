@@ -1,8 +1,10 @@
 // Package latency implements netstacklat: in-kernel log2 histograms of how long
 // received packets have been inside the host network stack when they reach each
-// layer. Each hook gets one backend (features.Choose, or --backend): fentry/fexit
-// programs at netstacklat's own attachment points where the kernel allows
-// them, else netfilter and tp_btf programs. It loads bpf/latency.bpf.c.
+// layer. Its hooks are the table in this file: per hook, fentry/fexit programs
+// at netstacklat's own attachment points, else netfilter and tp_btf programs.
+// The attach engine (internal/attach) gives each enabled hook the first of
+// them the kernel allows, or the one --backend forces. It loads
+// bpf/latency.bpf.c.
 package latency
 
 //go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value -type slow_event latency bpf/latency.bpf.c
@@ -10,6 +12,11 @@ package latency
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/stacktop/stacktop/internal/attach"
+	"github.com/stacktop/stacktop/internal/features"
 )
 
 // Hook is one measuring point: a value of enum hook in bpf/latency.bpf.c
@@ -37,27 +44,95 @@ var Hooks = func() []Hook {
 	return hs
 }()
 
-// hookInfo names and describes each hook; TestHooksNamed fails when the C
-// gains a hook without an entry here.
-var hookInfo = [numHooks]struct{ name, desc string }{
-	IPStart:           {"ip-start", "packet has reached the IP layer, i.e. past traffic control"},
-	TCPStart:          {"tcp-start", "packet has reached the local TCP layer, i.e. past IP (routing, netfilter)"},
-	UDPStart:          {"udp-start", "packet has reached the local UDP layer, i.e. past IP (routing, netfilter)"},
-	TCPSocketEnqueued: {"tcp-socket-enqueued", "packet has been enqueued to a TCP socket, i.e. end of the kernel receive stack"},
-	UDPSocketEnqueued: {"udp-socket-enqueued", "packet has been enqueued to a UDP socket, i.e. end of the kernel receive stack"},
-	TCPSocketRead:     {"tcp-socket-read", "packet payload has been read from a TCP socket, i.e. delivered to user space"},
-	UDPSocketRead:     {"udp-socket-read", "packet payload has been read from a UDP socket, i.e. delivered to user space"},
+// Programs shared by several hooks: each attaches once, whichever of its
+// hooks comes first, and serves the others too.
+var (
+	nfL4Start = attach.Program{Name: latencyProgNfL4Start, Kind: attach.Netfilter, RunsPer: "packet delivered locally",
+		Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetLocalIn, Priority: attach.NetfilterLast}}
+	tpSkDataReady    = tracing(latencyProgTpSkDataReady, "socket wakeup")
+	tpSockRecvLength = tracing(latencyProgTpSockRecvLength, "read")
+)
+
+// table is every hook: its name, what a sample means, and its programs per
+// backend, fentry first (netstacklat's own attachment points, and cheaper
+// per packet), then the tracepoint backend (netfilter and tp_btf). Netfilter
+// programs go as early as possible in PRE_ROUTING (ip-start) and as late as
+// possible in LOCAL_IN (tcp/udp-start). TestHooksNamed fails when the C
+// gains a hook without an entry here, TestEveryProgramIsPlanned when a
+// program serves none.
+var table = [numHooks]attach.Hook{
+	latencyHookHOOK_IP_START: {Name: "ip-start", Description: "packet has reached the IP layer, i.e. past traffic control",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFentryIpRcvCore, "IPv4 packet"), ipv6(tracing(latencyProgFentryIp6RcvCore, "IPv6 packet"))),
+			tracepoint(attach.Program{Name: latencyProgNfIpStart, Kind: attach.Netfilter, RunsPer: "packet",
+				Netfilter: attach.NetfilterPoint{Hook: link.NetfilterInetPreRouting, Priority: attach.NetfilterFirst}}),
+		}},
+	latencyHookHOOK_TCP_START: {Name: "tcp-start", Description: "packet has reached the local TCP layer, i.e. past IP (routing, netfilter)",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFentryTcpV4Rcv, "IPv4 TCP segment"), ipv6(tracing(latencyProgFentryTcpV6Rcv, "IPv6 TCP segment"))),
+			tracepoint(nfL4Start),
+		}},
+	latencyHookHOOK_UDP_START: {Name: "udp-start", Description: "packet has reached the local UDP layer, i.e. past IP (routing, netfilter)",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFentryUdpRcv, "IPv4 UDP datagram"), ipv6(tracing(latencyProgFentryUdpv6Rcv, "IPv6 UDP datagram"))),
+			tracepoint(nfL4Start),
+		}},
+	latencyHookHOOK_TCP_SOCK_ENQUEUED: {Name: "tcp-socket-enqueued",
+		Description: "packet has been enqueued to a TCP socket, i.e. end of the kernel receive stack",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFexitTcpQueueRcv, "TCP segment queued")),
+			tracepoint(tpSkDataReady),
+		}},
+	latencyHookHOOK_UDP_SOCK_ENQUEUED: {Name: "udp-socket-enqueued",
+		Description: "packet has been enqueued to a UDP socket, i.e. end of the kernel receive stack",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFexitUdpEnqueueScheduleSkb, "UDP datagram queued")),
+			tracepoint(tpSkDataReady),
+		}},
+	latencyHookHOOK_TCP_SOCK_READ: {Name: "tcp-socket-read",
+		Description: "packet payload has been read from a TCP socket, i.e. delivered to user space",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFentryTcpRecvTimestamp, "stamped TCP read")),
+			tracepoint(tracing(latencyProgTpSkbCopyDatagramIovec, "skb read"), tpSockRecvLength),
+		}},
+	latencyHookHOOK_UDP_SOCK_READ: {Name: "udp-socket-read",
+		Description: "packet payload has been read from a UDP socket, i.e. delivered to user space",
+		Backends: []attach.Backend{
+			fentry(tracing(latencyProgFentrySkbConsumeUdp, "UDP read")),
+			tracepoint(tpSkDataReady, tpSockRecvLength),
+		}},
+}
+
+// tracing is a fentry, fexit or tp_btf program, attached where its section
+// says, that runs once per runsPer (what -l shows).
+func tracing(name, runsPer string) attach.Program {
+	return attach.Program{Name: name, Kind: attach.Tracing, RunsPer: runsPer}
+}
+
+// ipv6 marks a hook's IPv6 half: on a kernel without IPv6 (or with the
+// function inlined away) the hook still sees IPv4.
+func ipv6(p attach.Program) attach.Program {
+	p.Optional = true
+	return p
+}
+
+func fentry(programs ...attach.Program) attach.Backend {
+	return attach.Backend{Backend: features.FentryBE, Programs: programs}
+}
+
+func tracepoint(programs ...attach.Program) attach.Backend {
+	return attach.Backend{Backend: features.Tracepoint, Programs: programs}
 }
 
 func (h Hook) String() string {
 	if h >= numHooks {
 		return fmt.Sprintf("hook(%d)", h)
 	}
-	return hookInfo[h].name
+	return table[h].Name
 }
 
 // Description says what a sample at this hook means.
-func (h Hook) Description() string { return hookInfo[h].desc }
+func (h Hook) Description() string { return table[h].Description }
 
 // ParseHook returns the hook with the given netstacklat name.
 func ParseHook(name string) (Hook, error) {
@@ -79,7 +154,15 @@ type HookSet uint32
 // NetfilterHooks are the hooks whose tracepoint backend is a netfilter link:
 // attaching one needs CAP_NET_ADMIN, and CAP_SYS_ADMIN to enter another
 // network namespace.
-const NetfilterHooks HookSet = 1<<IPStart | 1<<TCPStart | 1<<UDPStart
+var NetfilterHooks = func() HookSet {
+	var set HookSet
+	for _, h := range Hooks {
+		if table[h].Uses(features.Tracepoint, attach.Netfilter) {
+			set = set.With(h)
+		}
+	}
+	return set
+}()
 
 // AllHooks contains every hook.
 const AllHooks HookSet = 1<<numHooks - 1

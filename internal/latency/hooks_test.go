@@ -8,7 +8,7 @@ func TestHooksNamed(t *testing.T) {
 	seen := map[string]bool{}
 	for _, h := range Hooks {
 		name := h.String()
-		if hookInfo[h].name == "" || h.Description() == "" || seen[name] {
+		if table[h].Name == "" || h.Description() == "" || seen[name] {
 			t.Errorf("hook %d: name %q (used before: %v), description %q", h, name, seen[name], h.Description())
 		}
 		seen[name] = true

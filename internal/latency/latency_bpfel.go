@@ -186,6 +186,7 @@ const (
 	latencyMapTcpStates                   = "tcp_states"
 	latencyMapTcpStatesBySock             = "tcp_states_by_sock"
 	latencyMapUdpFifos                    = "udp_fifos"
+	latencyProgFentryAt                   = "fentry_at"
 	latencyProgFentryIp6RcvCore           = "fentry_ip6_rcv_core"
 	latencyProgFentryIpRcvCore            = "fentry_ip_rcv_core"
 	latencyProgFentrySkbConsumeUdp        = "fentry_skb_consume_udp"
@@ -198,9 +199,13 @@ const (
 	latencyProgFexitUdpEnqueueScheduleSkb = "fexit_udp_enqueue_schedule_skb"
 	latencyProgNfIpStart                  = "nf_ip_start"
 	latencyProgNfL4Start                  = "nf_l4_start"
+	latencyProgTpAt                       = "tp_at"
 	latencyProgTpSkDataReady              = "tp_sk_data_ready"
 	latencyProgTpSkbCopyDatagramIovec     = "tp_skb_copy_datagram_iovec"
 	latencyProgTpSockRecvLength           = "tp_sock_recv_length"
+	latencyVarAtHook                      = "at_hook"
+	latencyVarAtSkbArg                    = "at_skb_arg"
+	latencyVarAtSockArg                   = "at_sock_arg"
 	latencyVarFilterCgroup                = "filter_cgroup"
 	latencyVarFilterIfindex               = "filter_ifindex"
 	latencyVarFilterPid                   = "filter_pid"
@@ -264,6 +269,7 @@ type latencySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyProgramSpecs struct {
+	FentryAt                   *ebpf.ProgramSpec `ebpf:"fentry_at"`
 	FentryIp6RcvCore           *ebpf.ProgramSpec `ebpf:"fentry_ip6_rcv_core"`
 	FentryIpRcvCore            *ebpf.ProgramSpec `ebpf:"fentry_ip_rcv_core"`
 	FentrySkbConsumeUdp        *ebpf.ProgramSpec `ebpf:"fentry_skb_consume_udp"`
@@ -276,6 +282,7 @@ type latencyProgramSpecs struct {
 	FexitUdpEnqueueScheduleSkb *ebpf.ProgramSpec `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
+	TpAt                       *ebpf.ProgramSpec `ebpf:"tp_at"`
 	TpSkDataReady              *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.ProgramSpec `ebpf:"tp_sock_recv_length"`
@@ -311,6 +318,9 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
+	AtHook               *ebpf.VariableSpec `ebpf:"at_hook"`
+	AtSkbArg             *ebpf.VariableSpec `ebpf:"at_skb_arg"`
+	AtSockArg            *ebpf.VariableSpec `ebpf:"at_sock_arg"`
 	FilterCgroup         *ebpf.VariableSpec `ebpf:"filter_cgroup"`
 	FilterIfindex        *ebpf.VariableSpec `ebpf:"filter_ifindex"`
 	FilterPid            *ebpf.VariableSpec `ebpf:"filter_pid"`
@@ -403,6 +413,9 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
+	AtHook               *ebpf.Variable `ebpf:"at_hook"`
+	AtSkbArg             *ebpf.Variable `ebpf:"at_skb_arg"`
+	AtSockArg            *ebpf.Variable `ebpf:"at_sock_arg"`
 	FilterCgroup         *ebpf.Variable `ebpf:"filter_cgroup"`
 	FilterIfindex        *ebpf.Variable `ebpf:"filter_ifindex"`
 	FilterPid            *ebpf.Variable `ebpf:"filter_pid"`
@@ -428,6 +441,7 @@ type latencyVariables struct {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyPrograms struct {
+	FentryAt                   *ebpf.Program `ebpf:"fentry_at"`
 	FentryIp6RcvCore           *ebpf.Program `ebpf:"fentry_ip6_rcv_core"`
 	FentryIpRcvCore            *ebpf.Program `ebpf:"fentry_ip_rcv_core"`
 	FentrySkbConsumeUdp        *ebpf.Program `ebpf:"fentry_skb_consume_udp"`
@@ -440,6 +454,7 @@ type latencyPrograms struct {
 	FexitUdpEnqueueScheduleSkb *ebpf.Program `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.Program `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.Program `ebpf:"nf_l4_start"`
+	TpAt                       *ebpf.Program `ebpf:"tp_at"`
 	TpSkDataReady              *ebpf.Program `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.Program `ebpf:"tp_sock_recv_length"`
@@ -447,6 +462,7 @@ type latencyPrograms struct {
 
 func (p *latencyPrograms) Close() error {
 	return _LatencyClose(
+		p.FentryAt,
 		p.FentryIp6RcvCore,
 		p.FentryIpRcvCore,
 		p.FentrySkbConsumeUdp,
@@ -459,6 +475,7 @@ func (p *latencyPrograms) Close() error {
 		p.FexitUdpEnqueueScheduleSkb,
 		p.NfIpStart,
 		p.NfL4Start,
+		p.TpAt,
 		p.TpSkDataReady,
 		p.TpSkbCopyDatagramIovec,
 		p.TpSockRecvLength,

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -285,7 +286,7 @@ func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 	t.Run("new namespace", func(t *testing.T) {
 		c := testenv.NewPeer(t, "stl-nsnew", 8)
 		inode = c.Inode()
-		waitUntil(t, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
+		testenv.Until(t, 3*maintainEvery, "netfilter links in the new namespace", func() bool { return tr.attachedIn(inode) })
 		waitForStampsIn(t, tr, c)
 		before := totals(t, tr)
 		c.UDPToPeer(t, 5)
@@ -294,31 +295,13 @@ func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 		}
 	})
 	if tr.usesNetfilter() {
-		waitUntil(t, "netfilter links released after the namespace was deleted", func() bool { return !tr.attachedIn(inode) })
+		testenv.Until(t, 3*maintainEvery, "netfilter links released after the namespace was deleted", func() bool { return !tr.attachedIn(inode) })
 	}
 }
 
 // usesNetfilter reports whether any hook is served by a netfilter program.
 func (t *Tracer) usesNetfilter() bool {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
-	for _, a := range t.attached {
-		if _, ok := a.(*netfilterAttachment); ok {
-			return true
-		}
-	}
-	return false
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * maintainEvery)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return slices.ContainsFunc(t.engine.Attached(), func(a attach.Attached) bool { return a.Kind == attach.Netfilter })
 }
 
 // TestCgroupFilterAndGrouping: a child process in a cgroup of its own reads
@@ -739,22 +722,12 @@ func TestReadWhileTrafficFlows(t *testing.T) {
 // attachedIn reports whether every netfilter program has links in the
 // namespace with this inode.
 func (t *Tracer) attachedIn(inode uint64) bool {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
-	for _, a := range t.attached {
-		if nf, ok := a.(*netfilterAttachment); ok && !nf.has(inode) {
+	for _, a := range t.engine.Attached() {
+		if a.Kind == attach.Netfilter && !slices.Contains(a.Netns, inode) {
 			return false
 		}
 	}
 	return true
-}
-
-// has reports whether the program has links in the namespace with this inode.
-func (a *netfilterAttachment) has(inode uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.inNS[inode]
-	return ok
 }
 
 // TestOnlyTheEnabledProbesProgramsAttach: a probe enabled alone attaches
@@ -764,14 +737,18 @@ func TestOnlyTheEnabledProbesProgramsAttach(t *testing.T) {
 	for _, h := range Hooks {
 		t.Run(h.String(), func(t *testing.T) {
 			tr := start(t, Config{Hooks: HookSet(0).With(h)})
-			var want []string
-			for _, p := range Programs(h, tr.Choices()[0].Backend) {
-				if _, ok := tr.attached[p.Name]; ok || !ipv6Programs[p.Name] {
+			var got, want []string
+			for _, a := range tr.engine.Attached() {
+				got = append(got, a.Name)
+			}
+			for _, p := range table[h].Programs(tr.Choices()[0].Backend) {
+				if slices.Contains(got, p.Name) || !p.Optional {
 					want = append(want, p.Name)
 				}
 			}
+			slices.Sort(got)
 			slices.Sort(want)
-			if got := slices.Sorted(maps.Keys(tr.attached)); !slices.Equal(got, want) {
+			if !slices.Equal(got, want) {
 				t.Errorf("attached %v, want %v", got, want)
 			}
 		})
@@ -779,21 +756,28 @@ func TestOnlyTheEnabledProbesProgramsAttach(t *testing.T) {
 }
 
 // TestEveryProgramIsPlanned: every program of the object implements some
-// probe on some backend and says on what event it runs.
+// probe on some backend, as the table says (or an --at probe, of its kind
+// of point), and says on what event it runs.
 func TestEveryProgramIsPlanned(t *testing.T) {
 	spec, err := loadLatency()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name := range spec.Programs {
-		planned := false
-		for _, plan := range []map[Hook][]string{fentryPlan, tracepointPlan} {
-			for _, progs := range plan {
-				planned = planned || slices.Contains(progs, name)
+	hooks := table[:]
+	for kind, p := range atPrograms {
+		hooks = append(hooks, attach.Hook{Name: fmt.Sprint("--at of kind ", kind),
+			Backends: []attach.Backend{{Programs: []attach.Program{p}}}})
+	}
+	if err := attach.Check(spec, hooks); err != nil {
+		t.Error(err)
+	}
+	for _, h := range hooks {
+		for _, b := range h.Backends {
+			for _, p := range b.Programs {
+				if p.RunsPer == "" {
+					t.Errorf("program %s of %s: no event it runs per", p.Name, h.Name)
+				}
 			}
-		}
-		if !planned || programRuns[name] == "" {
-			t.Errorf("program %s: in a plan %v, runs per %q", name, planned, programRuns[name])
 		}
 	}
 }

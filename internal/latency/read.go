@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -155,13 +156,13 @@ type keyedSeries struct {
 func (t *Tracer) Read() ([]hist.Series, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	if t.maps[latencyMapHists] == nil {
+	if t.objs.Hists == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
 	var out []keyedSeries
 	ifaces := newIfaceNamer(t.scope.own)
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
-		s := hist.Series{Hook: Hook(key.Hook).String(), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
+		s := hist.Series{Hook: t.hookName(Hook(key.Hook)), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
 			Netns: uint64(key.Netns)}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
@@ -212,7 +213,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 	var key latencyHistKey
 	var perCPU []latencyHistValue
-	it := t.maps[latencyMapHists].Iterate()
+	it := t.objs.Hists.Iterate()
 	for it.Next(&key, &perCPU) {
 		fn(key, perCPU)
 	}
@@ -220,7 +221,7 @@ func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 		return fmt.Errorf("reading histograms: %w", err)
 	}
 	var hook latencyHook
-	it = t.maps[latencyMapHookHists].Iterate()
+	it = t.objs.HookHists.Iterate()
 	for it.Next(&hook, &perCPU) {
 		if slices.ContainsFunc(perCPU, func(v latencyHistValue) bool { return v != latencyHistValue{} }) {
 			fn(latencyHistKey{Hook: uint16(hook)}, perCPU)
@@ -271,15 +272,18 @@ type Counter struct {
 func (t *Tracer) Counters() ([]Counter, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps[latencyMapCounters]
+	m := t.objs.Counters
 	if m == nil {
 		return nil, fmt.Errorf("tracer is closed")
 	}
-	var recorded [numHooks]uint64
+	hooks := t.hooks()
+	recorded := make([]uint64, len(hooks))
 	err := t.eachHist(func(key latencyHistKey, perCPU []latencyHistValue) {
 		for _, v := range perCPU {
 			for _, n := range v.Slots[:hist.NBuckets] {
-				recorded[key.Hook] += n
+				if int(key.Hook) < len(recorded) {
+					recorded[key.Hook] += n
+				}
 			}
 		}
 	})
@@ -287,24 +291,33 @@ func (t *Tracer) Counters() ([]Counter, error) {
 		return nil, err
 	}
 	var out []Counter
-	for _, h := range Hooks {
+	for _, h := range hooks {
 		for r, reason := range Reasons {
-			var perCPU []uint64
-			// The key of count() in the C: hook * N_REASONS + reason.
-			if err := m.Lookup(uint32(int(h)*numReasons+r), &perCPU); err != nil {
-				return nil, fmt.Errorf("reading counters: %w", err)
-			}
-			var n uint64
-			for _, v := range perCPU {
-				n += v
+			n, err := readCounter(m, h, latencyReason(r))
+			if err != nil {
+				return nil, err
 			}
 			if latencyReason(r) == reasonRecorded {
 				n = recorded[h]
 			}
 			if n > 0 {
-				out = append(out, Counter{Hook: h.String(), Reason: reason, Count: n})
+				out = append(out, Counter{Hook: t.hookName(h), Reason: reason, Count: n})
 			}
 		}
 	}
 	return out, nil
+}
+
+// readCounter sums one counter of the counters map over the CPUs.
+func readCounter(m *ebpf.Map, h Hook, r latencyReason) (uint64, error) {
+	var perCPU []uint64
+	// The key of count() in the C: hook * N_REASONS + reason.
+	if err := m.Lookup(uint32(int(h)*numReasons+int(r)), &perCPU); err != nil {
+		return 0, fmt.Errorf("reading counters: %w", err)
+	}
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n, nil
 }

@@ -20,22 +20,19 @@ const DefaultMaxSockets = 65536
 // The C's bucket layout is internal/hist's: checked at compile time.
 var _ [hist.WaitBuckets]uint32 = latencyReadWait{}.Slots
 
-// readWaitConstants are the load-time constants of the per-socket
-// histograms: off, the verifier removes all of it.
-func readWaitConstants(s *latencySpecs, cfg Config) error {
-	if err := s.ReadWait.Set(cfg.ReadWait); err != nil {
-		return fmt.Errorf("setting %s: %w", s.ReadWait.Name, err)
+// readWaitCookieHelper is the value of read_wait_cookie_helper: whether
+// the programs key sockets by bpf_get_socket_cookie (5.12+). Probed only
+// when read wait is on: off, the constant guards nothing.
+func readWaitCookieHelper(cfg Config) bool {
+	return !cfg.ReadWait || features.SocketCookieTracing() && !cfg.noCookieHelper
+}
+
+// readWaitSockets sizes read_waits: 1 (unused) when read wait is off.
+func readWaitSockets(cfg Config) uint32 {
+	if !cfg.ReadWait {
+		return 1
 	}
-	// Probed only when it matters: off, the constant guards nothing.
-	helper := !cfg.ReadWait || features.SocketCookieTracing() && !cfg.noCookieHelper
-	if err := s.ReadWaitCookieHelper.Set(helper); err != nil {
-		return fmt.Errorf("setting %s: %w", s.ReadWaitCookieHelper.Name, err)
-	}
-	s.ReadWaits.MaxEntries = 1 // unused
-	if cfg.ReadWait {
-		s.ReadWaits.MaxEntries = cmp.Or(cfg.MaxSockets, DefaultMaxSockets)
-	}
-	return nil
+	return cmp.Or(cfg.MaxSockets, DefaultMaxSockets)
 }
 
 // SocketWaits are the per-socket read-wait histograms (Config.ReadWait), by
@@ -144,7 +141,7 @@ func (t *Tracer) ForgetSockets(keys []uint64) error {
 
 // readWaitMaps are the per-socket histograms and the epoch; nil once closed.
 func (t *Tracer) readWaitMaps() (waits, epoch *ebpf.Map) {
-	return t.maps[latencyMapReadWaits], t.maps[latencyMapReadWaitEpoch]
+	return t.objs.ReadWaits, t.objs.ReadWaitEpoch
 }
 
 // ReasonReadWaitFull names the counter of socket-read samples that found
@@ -156,20 +153,17 @@ const ReasonReadWaitFull = "read_wait_full"
 func (t *Tracer) ReadWaitFull() (uint64, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps[latencyMapCounters]
+	m := t.objs.Counters
 	if m == nil {
 		return 0, fmt.Errorf("tracer is closed")
 	}
 	var n uint64
 	for _, h := range []Hook{TCPSocketRead, UDPSocketRead} {
-		var perCPU []uint64
-		// The key of count() in the C: hook * N_REASONS + reason.
-		if err := m.Lookup(uint32(int(h)*numReasons+int(latencyReasonREASON_READ_WAIT_FULL)), &perCPU); err != nil {
-			return 0, fmt.Errorf("reading counters: %w", err)
+		c, err := readCounter(m, h, latencyReasonREASON_READ_WAIT_FULL)
+		if err != nil {
+			return 0, err
 		}
-		for _, v := range perCPU {
-			n += v
-		}
+		n += c
 	}
 	return n, nil
 }

@@ -93,7 +93,7 @@ func (t *Tracer) FlushSlow() error {
 }
 
 func (t *Tracer) slowEvent(raw *latencySlowEvent) SlowEvent {
-	ev := SlowEvent{Event: "slow", TS: time.Unix(0, raw.Ts).UTC(), Hook: Hook(raw.Hook).String(),
+	ev := SlowEvent{Event: "slow", TS: time.Unix(0, raw.Ts).UTC(), Hook: t.hookName(Hook(raw.Hook)),
 		LatencyNS: raw.Latency, Proto: protoName(raw.Proto), Netns: raw.Netns,
 		LocalPort: raw.LocalPort, RemotePort: raw.RemotePort}
 	if local, remote, ok := addrsOf(raw); ok {
@@ -168,7 +168,7 @@ func (r *slowReader) ifaceName(idx, netns uint32) string {
 func (t *Tracer) SlowDrops() (SlowDrops, error) {
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()
-	m := t.maps[latencyMapSlowDrops]
+	m := t.objs.SlowDrops
 	if m == nil {
 		return SlowDrops{}, fmt.Errorf("tracer is closed")
 	}

@@ -5,70 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
-	cfeatures "github.com/cilium/ebpf/features"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
+	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/features"
 )
-
-// fentryPlan lists, per hook, the programs that implement it on the fentry
-// backend: netstacklat's own attachment points.
-var fentryPlan = map[Hook][]string{
-	IPStart:           {latencyProgFentryIpRcvCore, latencyProgFentryIp6RcvCore},
-	TCPStart:          {latencyProgFentryTcpV4Rcv, latencyProgFentryTcpV6Rcv},
-	UDPStart:          {latencyProgFentryUdpRcv, latencyProgFentryUdpv6Rcv},
-	TCPSocketEnqueued: {latencyProgFexitTcpQueueRcv},
-	UDPSocketEnqueued: {latencyProgFexitUdpEnqueueScheduleSkb},
-	TCPSocketRead:     {latencyProgFentryTcpRecvTimestamp},
-	UDPSocketRead:     {latencyProgFentrySkbConsumeUdp},
-}
-
-// ipv6Programs are the programs a hook can do without: on a kernel without
-// IPv6 (or with the function inlined away) the hook still sees IPv4.
-var ipv6Programs = map[string]bool{
-	latencyProgFentryIp6RcvCore: true,
-	latencyProgFentryTcpV6Rcv:   true,
-	latencyProgFentryUdpv6Rcv:   true,
-}
-
-// tracepointPlan lists, per hook, the programs that implement it on the
-// tracepoint backend. A program shared by several hooks is attached once.
-var tracepointPlan = map[Hook][]string{
-	IPStart:           {latencyProgNfIpStart},
-	TCPStart:          {latencyProgNfL4Start},
-	UDPStart:          {latencyProgNfL4Start},
-	TCPSocketEnqueued: {latencyProgTpSkDataReady},
-	UDPSocketEnqueued: {latencyProgTpSkDataReady},
-	TCPSocketRead:     {latencyProgTpSkbCopyDatagramIovec, latencyProgTpSockRecvLength},
-	UDPSocketRead:     {latencyProgTpSkDataReady, latencyProgTpSockRecvLength},
-}
-
-// programRuns says, per program, on what event it runs: what each probe
-// costs per packet, for -l and docs/LATENCY.md.
-var programRuns = map[string]string{
-	latencyProgFentryIpRcvCore:            "IPv4 packet",
-	latencyProgFentryIp6RcvCore:           "IPv6 packet",
-	latencyProgFentryTcpV4Rcv:             "IPv4 TCP segment",
-	latencyProgFentryTcpV6Rcv:             "IPv6 TCP segment",
-	latencyProgFentryUdpRcv:               "IPv4 UDP datagram",
-	latencyProgFentryUdpv6Rcv:             "IPv6 UDP datagram",
-	latencyProgFexitTcpQueueRcv:           "TCP segment queued",
-	latencyProgFexitUdpEnqueueScheduleSkb: "UDP datagram queued",
-	latencyProgFentryTcpRecvTimestamp:     "stamped TCP read",
-	latencyProgFentrySkbConsumeUdp:        "UDP read",
-	latencyProgNfIpStart:                  "packet",
-	latencyProgNfL4Start:                  "packet delivered locally",
-	latencyProgTpSkDataReady:              "socket wakeup",
-	latencyProgTpSkbCopyDatagramIovec:     "skb read",
-	latencyProgTpSockRecvLength:           "read",
-}
 
 // Program is one BPF program of a probe and the event it runs on; a program
 // serving several probes runs once for all of them.
@@ -79,10 +24,9 @@ type Program struct {
 
 // Programs lists the programs that implement h on backend b.
 func Programs(h Hook, b features.Backend) []Program {
-	plan := map[features.Backend]map[Hook][]string{features.FentryBE: fentryPlan, features.Tracepoint: tracepointPlan}[b]
 	var out []Program
-	for _, name := range plan[h] {
-		out = append(out, Program{Name: name, RunsPer: programRuns[name]})
+	for _, p := range table[h].Programs(b) {
+		out = append(out, Program{Name: p.Name, RunsPer: p.RunsPer})
 	}
 	return out
 }
@@ -94,31 +38,18 @@ var backendIDs = map[features.Backend]latencyBackend{
 	features.FentryBE:   latencyBackendBACKEND_FENTRY,
 }
 
-// netfilterHooks places the netfilter programs: ip-start as early as possible
-// in PRE_ROUTING, tcp/udp-start as late as possible in LOCAL_IN.
-var netfilterHooks = map[string]struct {
-	hook     link.NetfilterInetHook
-	priority int32
-}{
-	latencyProgNfIpStart: {link.NetfilterInetPreRouting, nfFirst},
-	latencyProgNfL4Start: {link.NetfilterInetLocalIn, nfLast},
-}
-
 // Tracer owns the loaded programs, their attachments and the histograms.
 type Tracer struct {
-	spec     *ebpf.CollectionSpec
+	engine   *attach.Engine
+	objs     latencyMaps // the engine's maps; zero once closed
 	backend  features.Backend
-	maps     map[string]*ebpf.Map
-	noMaps   map[string]error // maps of a type this kernel lacks, and why
-	taiClock bool             // bpf_ktime_get_tai_ns is available
+	at       []At // hooks numHooks and up
+	taiClock bool // bpf_ktime_get_tai_ns is available
 	scope    netnsScope
 	rxStamps *rxTimestamping
-	choices  []features.Choice
 
-	attachMu sync.Mutex // guards attached; held while entering namespaces
-	attached map[string]attachment
-	mapsMu   sync.RWMutex // Read and Counters against close
-	cgroups  *cgroupNamer
+	mapsMu  sync.RWMutex // Read and Counters against close
+	cgroups *cgroupNamer
 	// byProcess: series carry pid and comm (Config.GroupByProcess)
 	byProcess bool
 	slow      *slowReader // nil without Config.Slow
@@ -143,10 +74,9 @@ func Start(cfg Config) (*Tracer, error) {
 		if !cfg.Hooks.Has(h) {
 			continue
 		}
-		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
-		t.choices = append(t.choices, c)
+		c, err := t.engine.Attach(&table[h], t.backend)
 		if err == nil {
-			err = t.maps[latencyMapHookBackends].Put(latencyHook(h), backendIDs[c.Backend])
+			err = t.objs.HookBackends.Put(latencyHook(h), backendIDs[c.Backend])
 		}
 		if err != nil {
 			t.close()
@@ -154,31 +84,70 @@ func Start(cfg Config) (*Tracer, error) {
 		}
 		slog.Info("hook attached", "hook", h, "backend", c.Backend)
 	}
+	if err := t.attachAt(); err != nil {
+		t.close()
+		return nil, err
+	}
 	go t.maintain()
 	return t, nil
 }
 
-// Probe attaches every hook, detaches it again and reports the backend each
-// got or why none would attach (for -l and doctor).
-func Probe(backend features.Backend) ([]features.Choice, error) {
-	t, err := open(Config{Hooks: AllHooks, Backend: backend})
+// attachAt attaches the --at probes, each with the one backend its point
+// needs (--backend chooses for the built-in probes only). A probe's
+// program records its own hook only: hook_backends is not consulted.
+func (t *Tracer) attachAt() error {
+	var errs []error
+	for i, a := range t.at {
+		h := a.hook(numHooks + Hook(i))
+		c, err := t.engine.Attach(&h, features.Auto)
+		errs = append(errs, err)
+		if err == nil {
+			slog.Info("hook attached", "hook", a, "backend", c.Backend)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hooks lists the hook ids in use: the built-in ones, then the --at probes'.
+func (t *Tracer) hooks() []Hook {
+	hs := slices.Clone(Hooks)
+	for i := range t.at {
+		hs = append(hs, numHooks+Hook(i))
+	}
+	return hs
+}
+
+// hookName names a hook: a built-in one by its name, an --at probe by its
+// spec.
+func (t *Tracer) hookName(h Hook) string {
+	if i := int(h) - int(numHooks); i >= 0 && i < len(t.at) {
+		return t.at[i].String()
+	}
+	return h.String()
+}
+
+// Probe attaches every hook and the --at probes given, detaches them again
+// and reports the backend each got or why none would attach (for -l and
+// doctor), in that order.
+func Probe(backend features.Backend, at ...At) ([]features.Choice, error) {
+	t, err := open(Config{Hooks: AllHooks, Backend: backend, At: at})
 	if err != nil {
 		return nil, err
 	}
 	defer t.close()
-	var choices []features.Choice
 	var errs []error
 	for _, h := range Hooks {
-		c, err := features.Choose(h.String(), t.backend, t.candidates(h)...)
-		choices = append(choices, c)
+		_, err := t.engine.Attach(&table[h], t.backend)
 		errs = append(errs, err)
 	}
-	return choices, errors.Join(errs...)
+	errs = append(errs, t.attachAt())
+	return t.engine.Choices(), errors.Join(errs...)
 }
 
 // open loads the maps and prepares everything but the hooks.
 func open(cfg Config) (_ *Tracer, err error) {
 	cfg.Backend = cmp.Or(cfg.Backend, features.Auto)
+	// Before the feature checks below, which load programs too.
 	if err := features.RemoveMemlock(); err != nil {
 		return nil, err
 	}
@@ -195,9 +164,11 @@ func open(cfg Config) (_ *Tracer, err error) {
 			return nil, err
 		}
 	}
-	t := &Tracer{spec: spec, backend: cfg.Backend, scope: netnsScope{mode: cfg.Netns, own: own},
-		taiClock: features.Check(features.KtimeTAI).OK,
-		attached: map[string]attachment{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if len(cfg.At) > MaxAt {
+		return nil, fmt.Errorf("%d --at probes, at most %d", len(cfg.At), MaxAt)
+	}
+	t := &Tracer{backend: cfg.Backend, at: cfg.At, scope: netnsScope{mode: cfg.Netns, own: own},
+		taiClock: features.Check(features.KtimeTAI).OK, stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			t.close()
@@ -206,10 +177,14 @@ func open(cfg Config) (_ *Tracer, err error) {
 	if err := configure(spec, cfg, t.scope.bpfFilter(), t.taiClock, features.Check(features.SkStorageBTF).OK); err != nil {
 		return nil, err
 	}
-	if t.maps, t.noMaps, err = loadMaps(spec); err != nil {
+	scope := attach.Netns{Own: own, Members: t.scope.members, Follow: cfg.Netns == AllNetns}
+	if t.engine, err = attach.Load(spec, scope); err != nil {
 		return nil, err
 	}
-	if err := fillFilters(t.maps, cfg); err != nil {
+	if err := t.engine.AssignMaps(&t.objs); err != nil {
+		return nil, err
+	}
+	if err := fillFilters(&t.objs, cfg); err != nil {
 		return nil, err
 	}
 	if err := t.refreshClock(); err != nil {
@@ -221,7 +196,7 @@ func open(cfg Config) (_ *Tracer, err error) {
 	t.cgroups = newCgroupNamer()
 	t.byProcess = cfg.GroupByProcess
 	if cfg.Slow > 0 {
-		ring, err := ringbuf.NewReader(t.maps[latencyMapSlowEvents])
+		ring, err := ringbuf.NewReader(t.objs.SlowEvents)
 		if err != nil {
 			return nil, fmt.Errorf("slow-event ring buffer: %w", err)
 		}
@@ -230,112 +205,8 @@ func open(cfg Config) (_ *Tracer, err error) {
 	return t, nil
 }
 
-// candidates lists the ways to implement h, in order of preference: fentry
-// first (parity with netstacklat, and cheaper per packet), then tracepoints.
-func (t *Tracer) candidates(h Hook) []features.Candidate {
-	return []features.Candidate{
-		{Backend: features.FentryBE, Attach: func() error { return t.acquire(h, fentryPlan[h]) }},
-		{Backend: features.Tracepoint, Attach: func() error { return t.acquire(h, tracepointPlan[h]) }},
-	}
-}
-
-// acquire attaches the named programs of hook h that are not attached yet.
-// On failure it detaches what it attached itself and leaves the others
-// alone; an IPv6 program that fails only costs the hook its IPv6 half.
-func (t *Tracer) acquire(h Hook, progs []string) error {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
-	var fresh []string
-	for _, name := range progs {
-		if _, ok := t.attached[name]; ok {
-			continue
-		}
-		a, err := t.attach(name)
-		if err != nil && ipv6Programs[name] && len(fresh) > 0 {
-			slog.Warn("hook attached for IPv4 only", "hook", h, "program", name, "err", err)
-			continue
-		}
-		if err != nil {
-			for _, f := range fresh {
-				t.attached[f].Close()
-				delete(t.attached, f)
-			}
-			return err
-		}
-		t.attached[name] = a
-		fresh = append(fresh, name)
-	}
-	return nil
-}
-
-func (t *Tracer) attach(name string) (attachment, error) {
-	prog, err := loadProgram(t.spec, name, t.maps, t.noMaps)
-	if err != nil {
-		return nil, err
-	}
-	var a attachment
-	if nf, ok := netfilterHooks[name]; ok {
-		a, err = newNetfilterAttachment(prog, nf.hook, nf.priority, &t.scope)
-	} else {
-		a, err = attachTracing(prog)
-	}
-	if err != nil {
-		prog.Close()
-		return nil, fmt.Errorf("program %s: %w", name, err)
-	}
-	return a, nil
-}
-
-// loadMaps creates every map of the object once; programs loaded later share
-// them. A map of a type the kernel lacks is left out with the reason: only
-// the programs that use it cannot load. (Every map type the object has
-// today exists since 5.2; the task storage map that needed this, 5.11+, is
-// gone.)
-func loadMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, map[string]error, error) {
-	mapsOnly := spec.Copy()
-	mapsOnly.Programs = nil
-	missing := map[string]error{}
-	for name, m := range mapsOnly.Maps {
-		if err := cfeatures.HaveMapType(m.Type); errors.Is(err, ebpf.ErrNotSupported) {
-			missing[name] = err
-			delete(mapsOnly.Maps, name)
-		}
-	}
-	coll, err := ebpf.NewCollection(mapsOnly)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating BPF maps: %w", err)
-	}
-	return coll.Maps, missing, nil
-}
-
-// kernelBTF is the kernel's BTF, decoded once per process: without a shared
-// cache every program load decodes (copies) all of vmlinux's types again,
-// which dominated start-up on emulated guests.
-var kernelBTF = btf.NewCache()
-
-// loadProgram loads one program against the shared maps, so a program the
-// kernel refuses (a backend it does not allow) does not take the others down.
-func loadProgram(spec *ebpf.CollectionSpec, name string, maps map[string]*ebpf.Map, missing map[string]error) (*ebpf.Program, error) {
-	one := spec.Copy()
-	one.Programs = map[string]*ebpf.ProgramSpec{name: spec.Programs[name]}
-	for _, ins := range one.Programs[name].Instructions {
-		if err, ok := missing[ins.Reference()]; ok {
-			return nil, fmt.Errorf("program %s: map %s: %w", name, ins.Reference(), err)
-		}
-	}
-	for m := range missing {
-		delete(one.Maps, m)
-	}
-	coll, err := ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{MapReplacements: maps, Cache: kernelBTF})
-	if err != nil {
-		return nil, err // names the program
-	}
-	defer coll.Close()
-	return coll.DetachProgram(name), nil
-}
-
 // Choices reports the backend chosen for each enabled hook and why others were refused.
-func (t *Tracer) Choices() []features.Choice { return t.choices }
+func (t *Tracer) Choices() []features.Choice { return t.engine.Choices() }
 
 // maintainEvery is how often the clock offset is refreshed and, with -n -1,
 // namespaces created or destroyed since are attached to or released.
@@ -353,20 +224,7 @@ func (t *Tracer) maintain() {
 			if err := t.refreshClock(); err != nil {
 				slog.Warn("refreshing the clock offset", "err", err)
 			}
-			t.followNamespaces()
-		}
-	}
-}
-
-func (t *Tracer) followNamespaces() {
-	if t.scope.mode == OwnNetns {
-		return
-	}
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
-	for _, a := range t.attached {
-		if nf, ok := a.(*netfilterAttachment); ok {
-			_ = nf.sync(&t.scope, false)
+			t.engine.Resync()
 		}
 	}
 }
@@ -383,27 +241,16 @@ func (t *Tracer) Close() error {
 }
 
 func (t *Tracer) close() error {
-	t.attachMu.Lock()
-	defer t.attachMu.Unlock()
 	t.mapsMu.Lock()
 	defer t.mapsMu.Unlock()
 	var errs []error
-	names := make([]string, 0, len(t.attached))
-	for n := range t.attached {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		errs = append(errs, t.attached[n].Close())
-		delete(t.attached, n)
-	}
 	if t.slow != nil {
 		errs = append(errs, t.slow.ring.Close())
 	}
-	for _, m := range t.maps {
-		errs = append(errs, m.Close())
+	if t.engine != nil {
+		errs = append(errs, t.engine.Close())
 	}
-	t.maps = nil
+	t.objs = latencyMaps{}
 	if t.rxStamps != nil {
 		errs = append(errs, t.rxStamps.Close())
 		t.rxStamps = nil

@@ -21,6 +21,12 @@ func (m hookHists) of(h Hook) *hist.Histogram {
 	return &v
 }
 
+// at returns the histogram of the --at probe named spec.
+func (m hookHists) at(spec string) *hist.Histogram {
+	v := m[spec]
+	return &v
+}
+
 // totals sums a tracer's series per hook (over interfaces and cgroups).
 func totals(t *testing.T, tr *Tracer) hookHists {
 	t.Helper()
@@ -88,14 +94,13 @@ func waitForStampsIn(t *testing.T, tr *Tracer, p *testenv.Peer) {
 
 func waitForUDPStart(t *testing.T, tr *Tracer, send func()) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for totals(t, tr).of(UDPStart).Count() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no RX-stamped packet reached udp-start within 5s")
+	testenv.Until(t, 5*time.Second, "an RX-stamped packet at udp-start", func() bool {
+		if totals(t, tr).of(UDPStart).Count() > 0 {
+			return true
 		}
 		send()
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func mustRead(t *testing.T, tr *Tracer) []hist.Series {

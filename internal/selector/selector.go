@@ -55,6 +55,11 @@ type Selection struct {
 	Cgroups    []Cgroup
 	Interfaces []Interface
 	Netns      Netns
+	// NetnsDefault: -n was registered but not given, Netns is the
+	// command's default.
+	// Connections are then selected in every namespace (connfilter), even
+	// where the command's default (serve's latency probes) is our own.
+	NetnsDefault bool
 }
 
 // Parse validates every selector; errors name the flag and the value (exit 2).
@@ -86,7 +91,9 @@ func (s *Specs) Parse() (Selection, error) {
 		}
 		sel.Interfaces = append(sel.Interfaces, ifc)
 	}
-	if s.Netns == "" && !s.NetnsChanged() {
+	// Specs filled in by code rather than flags say what they mean.
+	sel.NetnsDefault = s.fs != nil && !s.netnsChanged()
+	if s.Netns == "" && !s.netnsChanged() {
 		sel.Netns = Netns{All: true} // Specs{} selects everything
 		return sel, nil
 	}
@@ -123,8 +130,8 @@ func (s Selection) Gone() error {
 	return nil
 }
 
-// NetnsChanged reports whether -n was given (rather than defaulted).
-func (s *Specs) NetnsChanged() bool { return s.fs != nil && s.fs.Changed("netns") }
+// netnsChanged reports whether -n was given (rather than defaulted).
+func (s *Specs) netnsChanged() bool { return s.fs != nil && s.fs.Changed("netns") }
 
 // ParsePID accepts a process id from 1 to PIDMax.
 func ParsePID(v string) (uint32, error) {

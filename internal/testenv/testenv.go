@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -171,7 +172,7 @@ func (p *Peer) create() error {
 	if err := configure(host, p.HostIP4, p.HostIP6); err != nil {
 		return err
 	}
-	return p.Do(func() error {
+	if err := p.Do(func() error {
 		peer, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
@@ -180,7 +181,48 @@ func (p *Peer) create() error {
 			_ = netlink.LinkSetUp(lo)
 		}
 		return configure(peer, p.PeerIP4, p.PeerIP6)
-	})
+	}); err != nil {
+		return err
+	}
+	return p.routable()
+}
+
+// routable waits until our namespace has a route to the peer. Setting the
+// links up is synchronous, so the route should be there at once; once, on
+// 5.10 under the kernel matrix, a first dial still found the network
+// unreachable, and this says what the namespace looked like if it recurs.
+func (p *Peer) routable() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := netlink.RouteGet(p.PeerIP4.AsSlice())
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no route to %s: %w (%s)", p.PeerIP4, err, p.Diagnose())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Diagnose describes what a test's failed dial to the peer may be up
+// against: the calling thread's network namespace against the process's (a
+// thread left in another namespace dials from there), the route the kernel
+// picks for the peer, and the host end's link state.
+func (p *Peer) Diagnose() string {
+	thread, _ := os.Readlink("/proc/thread-self/ns/net")
+	process, _ := os.Readlink("/proc/self/ns/net")
+	route := "none"
+	if rs, err := netlink.RouteGet(p.PeerIP4.AsSlice()); err != nil {
+		route = err.Error()
+	} else if len(rs) > 0 {
+		route = rs[0].String()
+	}
+	link := "missing"
+	if l, err := netlink.LinkByName(p.HostIf); err == nil {
+		link = fmt.Sprintf("%s flags %v operstate %v", p.HostIf, l.Attrs().Flags, l.Attrs().OperState)
+	}
+	return fmt.Sprintf("thread in %s, process in %s; route to %s: %s; %s", thread, process, p.PeerIP4, route, link)
 }
 
 func configure(l netlink.Link, ip4, ip6 netip.Addr) error {

@@ -69,7 +69,7 @@ func writeInitramfs(file string, a *artifacts, plan protocol.Plan, modules []deb
 
 func newPlan(a *artifacts, modules []debian.Module, cfg config) protocol.Plan {
 	p := protocol.Plan{Stacktop: "/bin/stacktop", Backends: cfg.backends,
-		SuiteTimeout: cfg.suiteTimeout.String(), TestRun: cfg.run}
+		SuiteTimeout: cfg.suiteTimeout.String(), TestRun: cfg.run, TestCount: cfg.count}
 	for _, m := range modules {
 		p.Modules = append(p.Modules, "/lib/modules/"+m.Name+".ko")
 	}
@@ -85,9 +85,17 @@ type bootResult struct {
 	protocol.Result
 	Wall     time.Duration // qemu start to exit
 	TimedOut bool
-	ExitErr  error  // qemu's own failure, if any
-	Log      string // console log file
+	// Stopped says why the runner stopped the guest before it ended or
+	// timed out: a lockup that is an emulator fault (lockupFault).
+	Stopped string
+	ExitErr error  // qemu's own failure, if any
+	Log     string // console log file
 }
+
+// stallQuiet is how long a stall's reports must have been silent before
+// the runner judges them: the kernel prints a report in one burst, and a
+// judgement before the last CPU's dump could miss one of our programs.
+const stallQuiet = 5 * time.Second
 
 // boot runs the guest under TCG with cpus vCPUs and feeds its console to a
 // Collector; each line also goes to the log and, if tee is set, to tee.
@@ -119,21 +127,54 @@ func boot(ctx context.Context, img *debian.Image, initrd, logFile string, cpus i
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", cfg.qemu, err)
 	}
+	lines := make(chan string)
+	var readErr error
+	go func() {
+		readErr = protocol.Lines(stdout, func(line string) { lines <- line })
+		close(lines)
+	}()
+	// A guest whose CPUs loop on a stray int3 never recovers: once its
+	// stall reports say so, it is stopped at once instead of at -timeout.
 	var c protocol.Collector
-	readErr := protocol.Lines(stdout, func(line string) {
-		fmt.Fprintln(log, line)
-		if tee != nil {
-			fmt.Fprintf(tee, "[%s] %s\n", img.Name, line)
+	var stopped string
+	stallSize, judged := 0, 0
+	var stallGrew time.Time
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for open := true; open; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				open = false
+				break
+			}
+			fmt.Fprintln(log, line)
+			if tee != nil {
+				fmt.Fprintf(tee, "[%s] %s\n", img.Name, line)
+			}
+			c.Line(line)
+			if n := c.Result.Stall.Size(); n != stallSize {
+				stallSize, stallGrew = n, time.Now()
+			}
+		case <-tick.C:
+			if stopped != "" || stallSize == judged || time.Since(stallGrew) < stallQuiet {
+				continue
+			}
+			judged = stallSize
+			if fault := lockupFault(c.Result.Stall); fault != "" {
+				stopped = fault
+				fmt.Fprintf(log, "stacktop-matrix: stopping the guest: %s\n", fault)
+				cancel()
+			}
 		}
-		c.Line(line)
-	})
+	}
 	waitErr := cmd.Wait()
-	res := &bootResult{Result: c.Result, Wall: time.Since(start), Log: logFile,
-		TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
-	if waitErr != nil && !res.TimedOut {
+	res := &bootResult{Result: c.Result, Wall: time.Since(start), Log: logFile, Stopped: stopped,
+		TimedOut: stopped == "" && errors.Is(ctx.Err(), context.DeadlineExceeded)}
+	if waitErr != nil && !res.TimedOut && stopped == "" {
 		res.ExitErr = fmt.Errorf("qemu: %w: %s", waitErr, strings.TrimSpace(stderr.String()))
 	}
-	if readErr != nil && !res.TimedOut {
+	if readErr != nil && !res.TimedOut && stopped == "" {
 		res.ExitErr = errors.Join(res.ExitErr, readErr)
 	}
 	return res, nil
@@ -160,6 +201,9 @@ func (r *bootResult) problems(timeout time.Duration) []string {
 	if r.TimedOut {
 		out = append(out, fmt.Sprintf("guest hung: killed after %s %s", timeout, r.lastStep()))
 	}
+	if r.Stopped != "" {
+		out = append(out, fmt.Sprintf("guest stopped %s: %s", r.lastStep(), r.Stopped))
+	}
 	if r.Panic != "" {
 		out = append(out, "kernel panic: "+r.Panic)
 	}
@@ -167,7 +211,7 @@ func (r *bootResult) problems(timeout time.Duration) []string {
 		out = append(out, r.ExitErr.Error())
 	}
 	out = append(out, r.Failures...)
-	if !r.Done && !r.TimedOut && r.Panic == "" {
+	if !r.Done && !r.TimedOut && r.Stopped == "" && r.Panic == "" {
 		out = append(out, "guest stopped before finishing its plan")
 	}
 	for _, run := range r.Runs {

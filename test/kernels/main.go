@@ -38,6 +38,8 @@ type config struct {
 	modules       []string
 	packages      []string
 	run           string
+	count         int
+	cpus          int
 	parallel      int
 	retries       int
 	kernelTimeout time.Duration
@@ -70,6 +72,8 @@ func parseFlags(args []string) (config, error) {
 		"kernel modules to load in the guest (dependencies follow)")
 	fs.StringVar(&packages, "packages", "", "comma-separated packages to test; default every package whose tests use internal/testenv")
 	fs.StringVar(&cfg.run, "run", "", "only tests matching this regexp (go test -run)")
+	fs.IntVar(&cfg.count, "count", 1, "run each test this many times (go test -count), to repeat a rare failure")
+	fs.IntVar(&cfg.cpus, "cpus", 2, "vCPUs of a guest's first boot; a boot again after an infrastructure fault has one")
 	fs.IntVar(&cfg.parallel, "parallel", 2, "guests booted at once")
 	fs.IntVar(&cfg.retries, "retries", 1, "boots again a guest that died of an infrastructure fault (kernel never reached init, "+
 		"TCG tripping over live code patching) up to this many times; failed tests are never retried")
@@ -109,6 +113,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.parallel < 1 {
 		return cfg, fmt.Errorf("invalid -parallel %d: must be at least 1", cfg.parallel)
+	}
+	if cfg.count < 1 {
+		return cfg, fmt.Errorf("invalid -count %d: must be at least 1", cfg.count)
+	}
+	if cfg.cpus < 1 {
+		return cfg, fmt.Errorf("invalid -cpus %d: must be at least 1", cfg.cpus)
 	}
 	if cfg.retries < 0 {
 		return cfg, fmt.Errorf("invalid -retries %d: must be 0 or more", cfg.retries)
@@ -240,7 +250,7 @@ func runKernel(ctx context.Context, cfg config, cache *debian.Cache, a *artifact
 	}
 	o.res, o.retried, o.err = bootRetrying(cfg, func(n int) (*bootResult, error) {
 		log.Info("booting", "kernel", k.Name, "release", o.img.Release, "attempt", n)
-		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), guestCPUs(n), cfg, tee)
+		return boot(ctx, o.img, initrd, consoleLog(work, k.Name, n), guestCPUs(n, cfg.cpus), cfg, tee)
 	}, func(dead attempt, finished []*protocol.Run) error {
 		log.Warn("guest died of an infrastructure fault, booting it again for the runs it had not finished",
 			"kernel", k.Name, "fault", dead.fault, "console", dead.res.Log, "finished", len(finished))
@@ -316,9 +326,39 @@ func report(w io.Writer, cfg config, outcomes []outcome) bool {
 		if fault := infrastructureFault(o.res, cfg.kernelTimeout); fault != "" {
 			fmt.Fprintf(w, "  infrastructure fault, no retry left (-retries %d): %s\n", cfg.retries, fault)
 		}
+		stallEvidence(w, o.res.Stall)
 		failedTestLogs(w, o.res)
 	}
 	return ok
+}
+
+// stallEvidence prints where each CPU dumped by a stall report was, and
+// which of our programs was on its path: what tells a lockup of ours from
+// the emulator's.
+func stallEvidence(w io.Writer, s *protocol.Stall) {
+	const maxDumps = 8
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "  %d stall report(s), the first: %s\n", s.Reports, s.First)
+	for i, c := range s.CPUs {
+		if i == maxDumps {
+			fmt.Fprintf(w, "    (%d more CPU dumps in the console log)\n", len(s.CPUs)-maxDumps)
+			break
+		}
+		at, _ := protocol.CodeAt(c.Code)
+		fmt.Fprintf(w, "    CPU %d at %ss: %s, code % x", c.CPU, c.Time, c.RIP, at[:min(len(at), 5)])
+		switch {
+		case c.TrapRIP != "" && c.Int3:
+			fmt.Fprintf(w, ", trapped on an int3 before %s", c.TrapRIP)
+		case c.TrapRIP != "":
+			fmt.Fprintf(w, ", interrupting %s", c.TrapRIP)
+		}
+		if c.Ours != "" {
+			fmt.Fprintf(w, "; our program on its path: %s", c.Ours)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // failedTestLogs prints what each failed test logged (its last lines).
@@ -442,14 +482,15 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// guestCPUs is the vCPU count of boot attempt n: two, and one once the
-// emulator has killed a guest (retries follow only infrastructure faults,
-// almost always a stray int3 of live code patching). With one vCPU no other
-// vCPU can run a stale translation of code being patched, which is how TCG
-// trips over the int3; in one session 6.12 died of it four times in a row.
-func guestCPUs(attempt int) int {
+// guestCPUs is the vCPU count of boot attempt n: first (-cpus), and one
+// once the emulator has killed a guest (retries follow only infrastructure
+// faults, almost always a stray int3 of live code patching). With one vCPU
+// no other vCPU can run a stale translation of code being patched, which
+// is how TCG trips over the int3; in one session 6.12 died of it four times
+// in a row.
+func guestCPUs(attempt, first int) int {
 	if attempt > 1 {
 		return 1
 	}
-	return 2
+	return first
 }

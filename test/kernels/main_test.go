@@ -45,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 	if !reflect.DeepEqual(cfg.backends, []string{"fentry"}) || !reflect.DeepEqual(cfg.modules, []string{"veth", "tun", "sch_tbf", "sch_netem", "tcp_diag", "udp_diag"}) {
 		t.Errorf("backends %v modules %v", cfg.backends, cfg.modules)
 	}
-	if cfg, err := parseFlags(nil); err != nil || len(cfg.kernels) != 4 || len(cfg.backends) != 3 || cfg.retries != 1 {
+	if cfg, err := parseFlags(nil); err != nil || len(cfg.kernels) != 4 || len(cfg.backends) != 3 || cfg.retries != 1 || cfg.count != 1 || cfg.cpus != 2 {
 		t.Errorf("defaults: %+v %v", cfg, err)
 	}
 	for _, args := range [][]string{
@@ -54,6 +54,8 @@ func TestParseFlags(t *testing.T) {
 		{"-backends", ","},
 		{"-parallel", "0"},
 		{"-retries", "-1"},
+		{"-count", "0"},
+		{"-cpus", "0"},
 		{"-timeout", "1m", "-suite-timeout", "2m"},
 		{"extra"},
 	} {

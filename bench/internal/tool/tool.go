@@ -77,6 +77,8 @@ var Tools = []Tool{
 		Command: "latency", args: fixed("-e", "tcp-socket-read", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "latency-slow", About: "`stacktop latency --slow 1s --interval 1s > /dev/null` (all probes, a slow-tail threshold the load does not reach)",
 		Command: "latency", args: fixed("--slow", "1s", "--interval", "1s"), ready: readyFirstReport},
+	{Name: "latency-at", About: "`stacktop latency -e tcp-socket-read --at tracepoint:tcp:tcp_probe --interval 1s > /dev/null` (Cloudflare's probe and a user-named one on every TCP segment an established connection receives)",
+		Command: "latency", args: fixed("-e", "tcp-socket-read", "--at", "tracepoint:tcp:tcp_probe", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "stream", About: "`stacktop stream --format json --interval 1s > /dev/null`",
 		Command: "stream", args: fixed("--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "stream-tcp", About: "`stacktop stream --tcp --format json --interval 1s > /dev/null`: TCP only, so no UDP program (where fentry is refused, the cgroup_skb ones run for every packet); not in the default `-tools`",

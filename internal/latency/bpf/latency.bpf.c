@@ -15,6 +15,7 @@
 #include "slow.h"
 #include "ingress.h"
 #include "socket.h"
+#include "at.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -58,14 +59,21 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 	struct sk_buff *tail = sk->sk_receive_queue.prev;
 	__u16 proto = sk->sk_protocol;
 	__u16 type = sk->sk_type;
+	bool selected;
 
 	if ((void *)tail == queue || !tail)
 		return 0;
-	if (proto == IPPROTO_TCP && type == SOCK_STREAM && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
+	/* Another namespace's socket (the default -n 0 selects ours) leaves
+	 * before any map is touched — unless read wait, which takes every
+	 * socket's reads, needs its UDP datagrams in the read FIFO. */
+	selected = netns_allowed(sk_netns(sk));
+	if (!selected && !read_wait)
+		return 0;
+	if (proto == IPPROTO_TCP && type == SOCK_STREAM && selected && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
 		tcp_enqueued(sk, tail);
 	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
-		 (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) || hook_enabled(HOOK_UDP_SOCK_READ)))
-		udp_enqueued(sk, tail, queue);
+		 ((selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED)) || hook_enabled(HOOK_UDP_SOCK_READ)))
+		udp_enqueued(sk, tail, queue, selected);
 	return 0;
 }
 
@@ -78,8 +86,11 @@ int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 	struct pending_read *p;
 	__u32 zero = 0;
 
-	/* Attached only for tcp-socket-read: no hook_backends check. */
-	if (!sk || sk->sk_protocol != IPPROTO_TCP)
+	/* Attached only for tcp-socket-read: no hook_backends check. A read
+	 * of another namespace's socket leaves nothing pending, so its
+	 * sock_recv_length returns at once — unless read wait, which takes
+	 * every socket's reads (record_tcp_read filters the histograms). */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP || (!read_wait && !netns_allowed(sk_netns(sk))))
 		return 0;
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
@@ -176,6 +187,24 @@ int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int l
 	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
 		return 0;
 	read_stamp(skb, &s);
-	record_read(HOOK_UDP_SOCK_READ, sk, &s);
+	read_done(HOOK_UDP_SOCK_READ, sk, &s);
+	return 0;
+}
+
+/* ---- --at: user-named points, retargeted at run time ---- */
+
+/* Loaded once per --at tracepoint:CATEGORY:NAME, at NAME. */
+SEC("tp_btf/netif_receive_skb")
+int tp_at(__u64 *ctx)
+{
+	record_at(ctx);
+	return 0;
+}
+
+/* Loaded once per --at fentry:FUNCTION, at FUNCTION. */
+SEC("fentry/netif_receive_skb")
+int fentry_at(__u64 *ctx)
+{
+	record_at(ctx);
 	return 0;
 }

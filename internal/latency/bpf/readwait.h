@@ -31,7 +31,7 @@ volatile const bool read_wait_cookie_helper = true;
  * refresh without a write per entry from user space: user space bumps
  * read_wait_epoch once per refresh, and the first sample of a new epoch
  * moves max_cur to max_prev (when it belongs to the epoch just before) and
- * starts afresh. 128 bytes: two cache lines.
+ * starts afresh. 136 bytes.
  */
 struct read_wait {
 	__u32 slots[RW_SLOTS];

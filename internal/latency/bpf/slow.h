@@ -252,6 +252,7 @@ struct sk_buff___tail {
 static __always_inline void skb_tuple(struct slow_event *e, struct sk_buff *skb)
 {
 	__u32 nh_off = skb->network_header;
+	__u16 mac_off = skb->mac_header;
 	__u32 end = ((struct sk_buff___tail *)skb)->tail;
 	unsigned char *nh = skb->head + nh_off;
 	struct ipv4_header ip;
@@ -260,6 +261,10 @@ static __always_inline void skb_tuple(struct slow_event *e, struct sk_buff *skb)
 	__u8 version, ext[2];
 	__u32 off;
 
+	/* Not set yet: a NIC's skb before __netif_receive_skb_core (an --at
+	 * probe at netif_receive_skb) has its MAC header set, not this one. */
+	if (mac_off != (__u16)~0U && nh_off < mac_off)
+		return;
 	if (bpf_probe_read_kernel(&version, 1, nh))
 		return;
 	version >>= 4;

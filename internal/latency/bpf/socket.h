@@ -132,9 +132,16 @@ static __always_inline bool queue_long_enough(const struct sock *sk, bool udp)
 	return sk->sk_backlog.tail != NULL;
 }
 
-/* read_selected applies netstacklat's socket-read filters (-q, -p, -c, -i, -n). */
+/*
+ * read_selected applies the socket-read filters (-q, -p, -c, -i, -n) and
+ * gives the reading task's cgroup when it is needed. Applied before
+ * anything costlier: a read the filters exclude (another namespace's, with
+ * the default -n 0) should cost next to nothing.
+ */
 static __always_inline bool read_selected(__u32 hook, const struct sock *sk, const struct stamp *s, __u64 *cgroup)
 {
+	if (!ifindex_allowed(s->ifindex) || !netns_allowed(sk_netns(sk)))
+		return false;
 	if (!queue_long_enough(sk, hook == HOOK_UDP_SOCK_READ))
 		return false;
 	if (filter_pid) {
@@ -143,32 +150,47 @@ static __always_inline bool read_selected(__u32 hook, const struct sock *sk, con
 		if (!bpf_map_lookup_elem(&pid_filter, &tgid))
 			return false;
 	}
+	*cgroup = 0;
 	if (filter_cgroup || group_by_cgroup)
 		*cgroup = bpf_get_current_cgroup_id();
-	if (filter_cgroup && !bpf_map_lookup_elem(&cgroup_filter, cgroup))
-		return false;
-	return ifindex_allowed(s->ifindex) && netns_allowed(sk_netns(sk));
+	return !filter_cgroup || bpf_map_lookup_elem(&cgroup_filter, cgroup);
+}
+
+/* record_read records a selected read, in the reading task's context, and
+ * with read wait adds it to its socket's histogram. */
+static __always_inline void record_read(__u32 hook, struct sock *sk, const struct stamp *s, __u64 cgroup)
+{
+	__s64 lat = record(hook, s, cgroup, sk, NULL, true);
+
+	if (read_wait && lat >= 0)
+		read_wait_add(hook, sk, lat);
+	report_slow(hook, lat, s, sk, NULL, true);
 }
 
 /*
- * record_read records a socket-read sample. Read wait takes every sample the
- * probe could take, filtered or not: the filters select the latency
- * histograms, and the connections are selected in user space.
+ * read_wait_unselected adds a read the filters excluded to its socket's
+ * read wait: read wait takes every read the probe could take, filtered or
+ * not, since the filters select the latency histograms and the connections
+ * are selected in user space. Off, the verifier removes it.
  */
-static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s)
+static __always_inline void read_wait_unselected(__u32 hook, struct sock *sk, const struct stamp *s)
 {
-	__u64 cgroup = 0;
 	__s64 lat;
 
-	if (!read_selected(hook, sk, s, &cgroup)) {
-		if (read_wait && !s->skip && (lat = realtime_now() - s->tstamp) >= 0)
-			read_wait_add(hook, (struct sock *)sk, lat);
-		return;
-	}
-	lat = record(hook, s, cgroup, sk, NULL, true);
-	if (read_wait && lat >= 0)
-		read_wait_add(hook, (struct sock *)sk, lat);
-	report_slow(hook, lat, s, sk, NULL, true);
+	if (read_wait && !s->skip && (lat = realtime_now() - s->tstamp) >= 0)
+		read_wait_add(hook, sk, lat);
+}
+
+/* read_done takes a socket read of hook (udp-socket-read: the TCP one has
+ * the head-of-line check first, record_tcp_read). */
+static __always_inline void read_done(__u32 hook, struct sock *sk, const struct stamp *s)
+{
+	__u64 cgroup;
+
+	if (read_selected(hook, sk, s, &cgroup))
+		record_read(hook, sk, s, cgroup);
+	else
+		read_wait_unselected(hook, sk, s);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
@@ -213,7 +235,7 @@ static __always_inline void tcp_enqueued(struct sock *sk, struct sk_buff *tail)
 		return;
 	last->skb = s.skb;
 	last->tstamp = s.tstamp;
-	if (ifindex_allowed(s.ifindex) && netns_allowed(sk_netns(sk)))
+	if (ifindex_allowed(s.ifindex))
 		report_slow(HOOK_TCP_SOCK_ENQUEUED, record(HOOK_TCP_SOCK_ENQUEUED, &s, 0, sk, NULL, false), &s, sk, NULL, false);
 }
 
@@ -230,7 +252,9 @@ static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
 	f->tail = tail + 1;
 }
 
-static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel)
+/* udp_enqueued records udp-socket-enqueued for a socket of a selected
+ * namespace (selected), and fills the read FIFO for udp-socket-read. */
+static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel, bool selected)
 {
 	struct sk_buff *skb = tail;
 	struct stamp fresh[WALK_BACK];
@@ -258,8 +282,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 	for (int i = WALK_BACK - 1; i >= 0; i--) {
 		if (i >= n)
 			continue;
-		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex) &&
-		    netns_allowed(sk_netns(sk)))
+		if (selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex))
 			report_slow(HOOK_UDP_SOCK_ENQUEUED, record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false),
 				    &fresh[i], sk, NULL, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
@@ -332,14 +355,27 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 	return true;
 }
 
-/* A TCP read that returned data; s is the newest stamp it copied. */
+/* A TCP read that returned data; s is the newest stamp it copied. The
+ * head-of-line check reads a tcp_sock line no read touches otherwise
+ * (rcv_ooopack, among the retransmission fields), so it comes after the
+ * filters; a read they exclude is checked only for read wait, which
+ * leaves head-of-line blocked reads out too. */
 static __always_inline void record_tcp_read(struct sock *sk, const struct stamp *s)
 {
+	__u64 cgroup;
+	bool selected = read_selected(HOOK_TCP_SOCK_READ, sk, s, &cgroup);
+
+	if (!selected && !read_wait)
+		return;
 	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
-		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
+		if (selected)
+			count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
 		return;
 	}
-	record_read(HOOK_TCP_SOCK_READ, sk, s);
+	if (selected)
+		record_read(HOOK_TCP_SOCK_READ, sk, s, cgroup);
+	else
+		read_wait_unselected(HOOK_TCP_SOCK_READ, sk, s);
 }
 
 static __always_inline void tcp_read(struct sock *sk, int ret)
@@ -407,7 +443,7 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	s = f->ring[(first + consumed - 1) % FIFO_LEN];
 	f->head = first + consumed;
 	if (ret >= 0)
-		record_read(HOOK_UDP_SOCK_READ, sk, &s);
+		read_done(HOOK_UDP_SOCK_READ, sk, &s);
 }
 
 

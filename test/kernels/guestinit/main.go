@@ -154,7 +154,7 @@ func runDoctor(stacktop string) (json.RawMessage, error) {
 
 func runSuite(plan protocol.Plan, s protocol.Suite, backend string) {
 	_ = protocol.Emit(os.Stdout, protocol.Event{Kind: protocol.Begin, Suite: s.Package, Backend: backend})
-	args := []string{"-test.v", "-test.count=1", "-test.timeout=" + plan.SuiteTimeout}
+	args := []string{"-test.v", "-test.count=" + strconv.Itoa(max(plan.TestCount, 1)), "-test.timeout=" + plan.SuiteTimeout}
 	if plan.TestRun != "" {
 		args = append(args, "-test.run="+plan.TestRun)
 	}

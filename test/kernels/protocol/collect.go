@@ -84,13 +84,10 @@ type Result struct {
 	// lines): the oops's trap, registers and call trace, which tell an
 	// emulator fault from a kernel bug our programs hit.
 	PanicReport []string
-	// Int3Loop is the first console line that shows a CPU trapping on a
-	// breakpoint (an NMI backtrace or stall report with its RIP in the int3
-	// entry), which a lockup report alone does not tell: under TCG a vCPU
-	// that runs a stale translation of code the kernel patched (text_poke_bp)
-	// traps on the temporary int3 forever, once the kernel no longer claims it.
-	Int3Loop string
-	Done     bool
+	// Stall holds the lockup, RCU stall and hung-task reports, from the
+	// first on, with where each CPU they dumped was; nil if there were none.
+	Stall *Stall
+	Done  bool
 }
 
 var (
@@ -99,7 +96,6 @@ var (
 	// Before 6.11 an unexpected breakpoint oopses as "int3: 0000 [#1]",
 	// without "Oops: ".
 	panicLine = regexp.MustCompile(`Kernel panic - not syncing|BUG: |Oops: |general protection fault|\bint3: [0-9a-f]{4} \[#\d+\]`)
-	int3Trap  = regexp.MustCompile(`RIP: [0-9a-f]{4}:asm_exc_int3\b`)
 )
 
 // maxPanicReport bounds PanicReport: an oops with its trace, registers and
@@ -110,6 +106,7 @@ const maxPanicReport = 120
 type Collector struct {
 	Result Result
 	run    *Run
+	stall  stallParser
 }
 
 // Line consumes one console line.
@@ -117,8 +114,11 @@ func (c *Collector) Line(line string) {
 	if c.Result.Panic == "" && panicLine.MatchString(line) {
 		c.Result.Panic = strings.TrimSpace(line)
 	}
-	if c.Result.Int3Loop == "" && int3Trap.MatchString(line) {
-		c.Result.Int3Loop = strings.TrimSpace(line)
+	if c.Result.Stall == nil && stallHeader.MatchString(line) {
+		c.Result.Stall = &Stall{First: strings.TrimSpace(line)}
+	}
+	if c.Result.Stall != nil {
+		c.Result.Stall.line(&c.stall, line)
 	}
 	if c.Result.Panic != "" && len(c.Result.PanicReport) < maxPanicReport {
 		c.Result.PanicReport = append(c.Result.PanicReport, line)

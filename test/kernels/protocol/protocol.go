@@ -34,6 +34,7 @@ type Plan struct {
 	Backends     []string `json:"backends"`
 	SuiteTimeout string   `json:"suite_timeout"` // go test -test.timeout for one binary
 	TestRun      string   `json:"test_run,omitempty"`
+	TestCount    int      `json:"test_count,omitempty"` // go test -count; 0 is 1
 	// Finished are the runs an earlier boot of this guest completed before
 	// the emulator or kernel killed it; a boot again runs only the rest.
 	Finished []SuiteRun `json:"finished,omitempty"`
