@@ -113,7 +113,7 @@ func snapshotsUntil(t *testing.T, tr *Tracker, traffic *sync.WaitGroup, errs cha
 // readWaitTotals is what a connection's records said over a run.
 type readWaitTotals struct {
 	samples, maxP50, maxP99, maxMax uint64
-	records                 int // records with samples
+	records                         int // records with samples
 }
 
 // readWaitOf sums the samples of the records that match and checks each
