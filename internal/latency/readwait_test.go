@@ -182,6 +182,84 @@ func sendAndRead(t *testing.T, ours, peers net.Conn, n int, delay time.Duration)
 	}
 }
 
+// TestReadWaitOtherNamespace: read wait takes the reads of every
+// namespace's sockets, whatever -n selects for the histograms (by default
+// ours): a UDP socket and (with the cookie helper, which keys TCP by
+// cookie) a TCP socket inside a peer namespace, each read 120 ms late, have
+// exactly their reads in their histograms. On the tracepoint backend this
+// takes tp_sk_data_ready and tp_skb_copy_datagram_iovec past their early
+// exit for another namespace's socket. The socket-read histograms, ours
+// only, gain fewer than those reads in their bucket (other processes of
+// our namespace may read that late too; without the filter all of ours
+// would be there).
+func TestReadWaitOtherNamespace(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-rwns", 27)
+	tr := start(t, Config{Hooks: socketReads, ReadWait: true})
+	waitForReadStamps(t, tr, p)
+	var udp *net.UDPConn
+	if err := p.Do(func() (err error) {
+		udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: p.PeerIP4.AsSlice()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	keys := map[string]uint64{"udp": cookie(t, udp)}
+	tcp := features.SocketCookieTracing()
+	var ours, peers *net.TCPConn
+	if tcp {
+		ours, peers = p.TCPFromPeer(t, testenv.V4)
+		keys["tcp"] = cookie(t, peers)
+	}
+	before, hBefore := readWaits(t, tr), totals(t, tr)
+
+	const n, delay = 5, 120 * time.Millisecond
+	if tcp {
+		sendAndRead(t, peers, ours, n, delay) // the peer's end reads
+	}
+	sender, err := net.DialUDP("udp", nil, udp.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sender.Close()
+	buf := make([]byte, 64)
+	for range n {
+		if _, err := sender.Write([]byte("datagram")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		_ = udp.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := udp.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got, hAfter := readWaits(t, tr), totals(t, tr)
+	slowBucket := 27 - hist.WaitFirstSlot // 120 ms lies in (2^26, 2^27] ns
+	for name, key := range keys {
+		w, ok := got[key]
+		if !ok {
+			t.Errorf("%s socket of the peer namespace: no histogram (key %d)", name, key)
+			continue
+		}
+		prev := before[key]
+		d := w.Since(&prev)
+		if d.Count() != n || sumWait(&d, slowBucket, hist.WaitBuckets-1) != n {
+			t.Errorf("%s socket of the peer namespace: %d reads, %d of them at %v or more, want %d: %v",
+				name, d.Count(), sumWait(&d, slowBucket, hist.WaitBuckets-1), delay, n, d.Buckets)
+		}
+	}
+	for _, h := range []Hook{TCPSocketRead, UDPSocketRead} {
+		if h == TCPSocketRead && !tcp {
+			continue
+		}
+		// The latency histogram's bucket of (2^26, 2^27] ns.
+		if gained := hAfter.of(h).Buckets[27] - hBefore.of(h).Buckets[27]; gained >= n {
+			t.Errorf("%s, our namespace only, gained %d reads of about %v: the peer namespace's %d too", h, gained, delay, n)
+		}
+	}
+}
+
 // TestReadWaitAddressReuse: keyed by address (before 5.12, a UDP socket
 // without a cookie here), a socket that reuses a freed one's memory does not
 // inherit its reads: 20 sockets one after the other, each reading one
