@@ -159,25 +159,9 @@ func startStream(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	cmd := exec.Command(testenv.Binary(t), append([]string{"stream", "--backend", string(testenv.Backend(t))}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 4096)
-	go func() {
-		defer close(lines)
-		s := bufio.NewScanner(stdout)
-		s.Buffer(nil, 1<<20)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-	}()
+	lines := startLines(t, cmd)
 	select {
 	case _, ok := <-lines:
 		if !ok {

@@ -88,17 +88,7 @@ func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
 	const nSlow, nFast, nUDP, delay = 4, 7, 5, 120 * time.Millisecond
 	sendAndRead(t, slow, slowPeer, nSlow, delay)
 	sendAndRead(t, fast, fastPeer, nFast, 0)
-	peer := p.DialUDP(t, udp.LocalAddr().(*net.UDPAddr))
-	buf := make([]byte, 64)
-	for range nUDP {
-		if _, err := peer.Write([]byte("datagram")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay)
-		if _, err := udp.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.ReadDatagrams(t, p.DialUDP(t, udp.LocalAddr().(*net.UDPAddr)), udp, nUDP, delay)
 	got := readWaits(t, tr)
 	// 120 ms lies in (2^26, 2^27] ns: read-wait bucket 27 - 10.
 	slowBucket := 27 - hist.WaitFirstSlot
@@ -222,17 +212,7 @@ func TestReadWaitOtherNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sender.Close()
-	buf := make([]byte, 64)
-	for range n {
-		if _, err := sender.Write([]byte("datagram")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay)
-		_ = udp.SetReadDeadline(time.Now().Add(3 * time.Second))
-		if _, err := udp.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.ReadDatagrams(t, sender, udp, n, delay)
 
 	got, hAfter := readWaits(t, tr), totals(t, tr)
 	slowBucket := 27 - hist.WaitFirstSlot // 120 ms lies in (2^26, 2^27] ns
@@ -274,21 +254,12 @@ func TestReadWaitAddressReuse(t *testing.T) {
 	before := readWaits(t, tr)
 	const sockets, delay = 20, 50 * time.Millisecond
 	bucket := 26 - hist.WaitFirstSlot // 50 ms lies in (2^25, 2^26] ns
-	buf := make([]byte, 64)
 	for range sockets {
 		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: p.HostIP4.AsSlice()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		peer := p.DialUDP(t, c.LocalAddr().(*net.UDPAddr))
-		if _, err := peer.Write([]byte("datagram")); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay)
-		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		if _, err := c.Read(buf); err != nil {
-			t.Fatal(err)
-		}
+		testenv.ReadDatagrams(t, p.DialUDP(t, c.LocalAddr().(*net.UDPAddr)), c, 1, delay)
 		c.Close()
 	}
 	var ours, reused int
@@ -331,16 +302,7 @@ func TestReadWaitTableFull(t *testing.T) {
 	defer srv.Close()
 	key := cookie(t, srv)
 	const n = 5
-	peer := p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr))
-	buf := make([]byte, 64)
-	for range n {
-		if _, err := peer.Write([]byte("datagram")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := srv.Read(buf); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.ReadDatagrams(t, p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr)), srv, n, 0)
 	after, err := tr.ReadWaitFull()
 	if err != nil {
 		t.Fatal(err)
