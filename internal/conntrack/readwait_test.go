@@ -23,16 +23,25 @@ const (
 	rwGap       = 10 * time.Millisecond
 	rwSlowDelay = 120 * time.Millisecond
 	// The slow reader's p99 must reach 2^26 ns (its reads wait 120 ms and
-	// more: a bound the test inflicts). The fast one's p99 was under 2^24
-	// ns on a quiet host (85 µs here), but it is the wakeup latency of a
-	// reader blocked in read(), and a single wakeup delayed by the
-	// machine's load decides the p99 of the 8 or so reads of a refresh: 50
-	// ms was seen on this VM while two emulated guests kept both CPUs busy,
-	// 24 ms in a guest. So the fast one's median must stay under 2^24 ns in
-	// every refresh, and its p99 under the slow one's bound.
+	// more: a bound the test inflicts), the fast one's median stay below
+	// 2^24 ns in every refresh, and its p99 too (85 µs to 3 ms on a quiet
+	// host) except in the matrix's emulated guests.
 	rwSlowAtLeast = 67_000
 	rwFastBelow   = 16_000
 )
+
+// fastP99Below is the fast reader's p99 bound. Its p99 is the wakeup
+// latency of a reader blocked in read(), and one wakeup decides the p99 of
+// a refresh's 8 or so reads: in the emulated guests (TCG, two guests on two
+// cores) 24 ms was seen, so there it need only stay below the slow one's
+// bound. CI runs the host suites alone on the machine, where the issue's
+// bound holds.
+func fastP99Below() uint64 {
+	if testenv.InGuest() {
+		return rwSlowAtLeast
+	}
+	return rwFastBelow
+}
 
 // readWaitTracker opens a tracker whose records carry read wait, joined from
 // a latency tracer of the socket-read hooks on the backend the run forces
@@ -221,9 +230,9 @@ func TestReadWaitPerConnection(t *testing.T) {
 	if slowGot.maxP99 < rwSlowAtLeast {
 		t.Errorf("slow reader: read_wait_p99_us at most %d, want at least %d", slowGot.maxP99, rwSlowAtLeast)
 	}
-	if fastGot.maxP50 >= rwFastBelow || fastGot.maxP99 >= rwSlowAtLeast {
+	if fastGot.maxP50 >= rwFastBelow || fastGot.maxP99 >= fastP99Below() {
 		t.Errorf("fast reader: read_wait_p50_us up to %d, p99 up to %d; want below %d and %d",
-			fastGot.maxP50, fastGot.maxP99, rwFastBelow, rwSlowAtLeast)
+			fastGot.maxP50, fastGot.maxP99, rwFastBelow, fastP99Below())
 	}
 	for _, c := range []*net.TCPConn{slowPeer, fastPeer} {
 		if got := readWaitOf(t, records, ours(c)); got.samples != 0 {
@@ -297,9 +306,9 @@ func TestReadWaitUDP(t *testing.T) {
 	if slowGot.maxP99 < rwSlowAtLeast {
 		t.Errorf("slow reader: read_wait_p99_us at most %d, want at least %d", slowGot.maxP99, rwSlowAtLeast)
 	}
-	if fastA.maxP50 >= rwFastBelow || fastA.maxP99 >= rwSlowAtLeast {
+	if fastA.maxP50 >= rwFastBelow || fastA.maxP99 >= fastP99Below() {
 		t.Errorf("fast reader: read_wait_p50_us up to %d, p99 up to %d; want below %d and %d",
-			fastA.maxP50, fastA.maxP99, rwFastBelow, rwSlowAtLeast)
+			fastA.maxP50, fastA.maxP99, rwFastBelow, fastP99Below())
 	}
 	// In every snapshot, the two flows of the fast socket say the same.
 	bySnapshot := map[time.Time][]conn.Record{}
