@@ -32,7 +32,7 @@ import (
 const podAddrEnv = "STACKTOP_POD_ADDR"
 
 func TestMain(m *testing.M) {
-	reexec.Main(m, reexec.Helpers{"pod-client": podClient})
+	reexec.Main(m, reexec.Helpers{"pod-client": podClient, "late-reader": lateReader})
 }
 
 // podClient is the pod's process, this test binary re-executed: it waits

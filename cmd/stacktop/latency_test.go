@@ -172,24 +172,32 @@ func runningLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 func startLatency(t *testing.T, args ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(testenv.Binary(t), append([]string{"latency"}, args...)...)
+	cmd.Stderr = os.Stderr
+	return cmd, startLines(t, cmd)
+}
+
+// startLines starts cmd (its Stderr set by the caller) and returns its
+// stdout lines on a channel; it is killed when the test ends.
+func startLines(t *testing.T, cmd *exec.Cmd) <-chan string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 1024)
+	lines := make(chan string, 4096)
 	go func() {
 		defer close(lines)
 		s := bufio.NewScanner(stdout)
+		s.Buffer(nil, 1<<20) // a JSON record of many fields
 		for s.Scan() {
 			lines <- s.Text()
 		}
 	}()
-	return cmd, lines
+	return lines
 }
 
 // TestLatencySignalsDetachEverything: SIGINT, SIGTERM and SIGHUP each print a

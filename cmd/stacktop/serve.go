@@ -27,6 +27,7 @@ import (
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/promweb"
+	"github.com/stacktop/stacktop/internal/readwait"
 	"github.com/stacktop/stacktop/internal/runopts"
 	"github.com/stacktop/stacktop/internal/selector"
 )
@@ -39,6 +40,7 @@ type serveOptions struct {
 	probes                       probeFlags
 	latencyProbes                []string
 	collectLatency, collectConns bool
+	collectReadWait              bool // off by default: see registerToggle's caller
 	compat                       string
 	maxSeries                    int
 	printVersion                 bool
@@ -111,8 +113,12 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 	fs.StringSliceVar(&o.latencyProbes, "latency.probes", nil,
 		"latency probes to run, comma-separated, or all (default: tcp-socket-read)")
-	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)")
-	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics")
+	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)", true)
+	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics", true)
+	// Off by default: per-socket histograms cost a hash update per read on
+	// top of the socket-read probes (docs/METRICS.md has the measurement).
+	registerToggle(fs, &o.collectReadWait, "collector.read-wait",
+		"the read wait per process (stacktop_read_wait_seconds; uses the socket-read latency probes)", false)
 	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
 	o.pods.Register(fs)
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit, as exporters do (stacktop --version too)")
@@ -127,11 +133,11 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 // is not in it: its FIFO needs a program on every packet received.
 var serveDefaultProbes = latency.HookSet(0).With(latency.TCPSocketRead)
 
-// registerToggle adds --name (default on) and --no-name, as Prometheus
-// exporters spell collector switches.
-func registerToggle(fs *pflag.FlagSet, v *bool, name, what string) {
-	*v = true
-	fs.BoolVar(v, name, true, "export "+what)
+// registerToggle adds --name (default on or off) and --no-name, as
+// Prometheus exporters spell collector switches.
+func registerToggle(fs *pflag.FlagSet, v *bool, name, what string, on bool) {
+	*v = on
+	fs.BoolVar(v, name, on, "export "+what)
 	fs.Var(negated{v}, "no-"+name, "do not export "+what)
 	fs.Lookup("no-" + name).NoOptDefVal = "true"
 }
@@ -202,7 +208,30 @@ func (o *serveOptions) config() (serveConfig, error) {
 		return c, err
 	}
 	c.conns = conntrack.Config{UDPIdle: o.udpIdle, MaxConnections: o.maxConn, Pods: pods}
+	if err := o.readWaitConfig(&c.latency); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// readWaitConfig adds the per-socket histograms to the latency tracer
+// (--collector.read-wait). The socket-read probes serve runs measure both:
+// no second pair of programs. Without the latency collector the tracer runs
+// serve's default probes for read wait alone.
+func (o *serveOptions) readWaitConfig(c *latency.Config) error {
+	if !o.collectReadWait {
+		return nil
+	}
+	switch {
+	case !o.collectConns:
+		return clierr.Usage("collector.read-wait", "true", "needs the connections collector (read wait is per process, from the connection table)")
+	case !o.collectLatency:
+		c.Hooks = serveDefaultProbes
+	case !c.Hooks.Has(latency.TCPSocketRead) && !c.Hooks.Has(latency.UDPSocketRead):
+		return clierr.Usage("collector.read-wait", "true", "needs tcp-socket-read or udp-socket-read among the latency probes")
+	}
+	c.ReadWait, c.MaxSockets = true, uint32(o.maxConn)
+	return nil
 }
 
 // compatEbpfExporter is the --compat value that exports the latency
@@ -313,13 +342,18 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer stats.Close()
 		cfg.BPFStatsEnabled = func() bool { return true }
 	}
-	if o.collectLatency {
+	if o.collectLatency || o.collectReadWait {
 		tracer, err := latency.Start(c.latency)
 		if err != nil {
 			return fmt.Errorf("%w (see `stacktop doctor`)", err)
 		}
 		defer tracer.Close()
-		cfg.Latency = tracer
+		if o.collectLatency {
+			cfg.Latency = tracer
+		}
+		if o.collectReadWait {
+			c.conns.ReadWait = readwait.New(tracer)
+		}
 		cfg.Backends = append(cfg.Backends, tracer.Choices()...)
 	}
 	var polling sync.WaitGroup // ended below, before the deferred Closes
@@ -334,6 +368,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 		cfg.Backends = append(cfg.Backends, tracker.Choices()...)
 		cfg.Connections = exporter.NewConnections(o.perConn)
 		cfg.Connections.LimitSeries(o.maxSeries)
+		if o.collectReadWait {
+			cfg.Connections.ExportReadWait()
+		}
 		polling.Go(func() {
 			cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
 		})

@@ -157,6 +157,10 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 		{[]string{"--no-collector.connections", "--latency.probes", "udp-start,tcp-start"}, "tcp-start,udp-start", false},
 		{[]string{"--collector.latency=false"}, "tcp-destroy,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "-d", "ip-start"}, "tcp-socket-enqueued,tcp-socket-read,tcp-start,udp-socket-enqueued,udp-socket-read,udp-start", false},
+		// Read wait shares the latency collector's socket-read probe, or
+		// runs it alone: either way no other hook.
+		{[]string{"--collector.read-wait"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
+		{[]string{"--collector.read-wait", "--no-collector.latency"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "--at", "tracepoint:net:netif_receive_skb"}, "tcp-socket-read,tracepoint:net:netif_receive_skb", false},
 	}
 	for _, c := range cases {

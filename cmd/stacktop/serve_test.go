@@ -45,6 +45,9 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--no-collector.latency", "--latency.probes", "all"}, `invalid --no-collector.latency "true": cannot be combined with a choice of latency probes`},
 		{[]string{"--no-collector.latency", "--no-collector.connections"}, `invalid --no-collector.connections "true": with --no-collector.latency too leaves nothing to export`},
 		{[]string{"--collector.latency=maybe"}, `invalid argument "maybe" for "--collector.latency"`},
+		{[]string{"--collector.read-wait=maybe"}, `invalid argument "maybe" for "--collector.read-wait"`},
+		{[]string{"--collector.read-wait", "--no-collector.connections"}, `invalid --collector.read-wait "true": needs the connections collector`},
+		{[]string{"--collector.read-wait", "--latency.probes", "ip-start"}, `invalid --collector.read-wait "true": needs tcp-socket-read or udp-socket-read among the latency probes`},
 		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
 		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -17,8 +19,10 @@ import (
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/kube"
+	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"
+	"github.com/stacktop/stacktop/internal/readwait"
 	"github.com/stacktop/stacktop/internal/runopts"
 )
 
@@ -31,6 +35,10 @@ type connFlags struct {
 	backend string
 	maxConn int
 	pods    kube.Options
+	// readWait runs the socket-read latency probes for each connection's
+	// read wait (off by default: two program runs per TCP read on the
+	// tracepoint backend).
+	readWait bool
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -41,6 +49,8 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", string(features.Auto), "UDP accounting: auto, fentry (programs that run for UDP only) or tracepoint (cgroup_skb programs on every packet); the TCP hooks have one implementation")
 	registerMaxConnections(fs, &f.maxConn)
 	f.pods.Register(fs)
+	fs.BoolVar(&f.readWait, "read-wait", false,
+		"also measure how long each connection's received data waited until its application read it (read_wait_* fields; runs the socket-read latency probes)")
 }
 
 // registerMaxConnections adds --max-connections, shared by top, stream and serve.
@@ -146,6 +156,17 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 		defer l.Close()
 		logs = append(logs, l)
 	}
+	if f.readWait {
+		tracer, err := latency.Start(readWaitConfig(cfg))
+		if err != nil {
+			return fmt.Errorf("--read-wait: %w (see `stacktop doctor`)", err)
+		}
+		defer tracer.Close()
+		for _, c := range tracer.Choices() {
+			slog.Info("read-wait hook attached", "hook", c.Hook, "backend", c.Backend)
+		}
+		cfg.ReadWait = readwait.New(tracer)
+	}
 	t, err := conntrack.Open(cfg)
 	if err != nil {
 		return err
@@ -157,6 +178,21 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 	ctx, stop := runopts.SignalContext(ctx)
 	defer stop()
 	return use(ctx, t, logs)
+}
+
+// readWaitConfig is the latency tracer behind --read-wait: the socket-read
+// probes of the protocols tracked, with per-socket histograms for as many
+// sockets as the connection table holds.
+func readWaitConfig(c conntrack.Config) latency.Config {
+	cfg := latency.Config{Backend: c.Backend, ReadWait: true, MaxSockets: uint32(cmp.Or(c.MaxConnections, conntrack.DefaultMaxConnections))}
+	tcp, udp := c.Filter.Protocols()
+	if tcp {
+		cfg.Hooks = cfg.Hooks.With(latency.TCPSocketRead)
+	}
+	if udp {
+		cfg.Hooks = cfg.Hooks.With(latency.UDPSocketRead)
+	}
+	return cfg
 }
 
 // writeAll gives the snapshot to every writer, even after one fails.

@@ -70,6 +70,9 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"stream", "--log", fifo}, `invalid --log "` + fifo + `": not a regular file (it is a FIFO)`},
 		{[]string{"top", "--port", "65536"}, `invalid --port "65536"`},
 		{[]string{"--process", "["}, `invalid --process "["`},
+		{[]string{"stream", "--read-wait=maybe"}, `invalid argument "maybe" for "--read-wait" flag`},
+		{[]string{"top", "--sort", "read-wait"}, `invalid --sort "read-wait": sorts by read wait, which needs --read-wait`},
+		{[]string{"top", "--read-wait", "--sort", "read-wait:up"}, `invalid --sort "read-wait:up": direction must be asc or desc`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(append([]string{"stacktop"}, c.args...)...)

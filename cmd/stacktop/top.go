@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
@@ -47,6 +48,9 @@ func makeTop(cmd *cobra.Command) {
 		if err != nil {
 			return err
 		}
+		if sort.Column == tui.ColReadWait && !f.readWait {
+			return clierr.Usage("sort", *sortFlag, "sorts by read wait, which needs --read-wait")
+		}
 		out := cmd.OutOrStdout()
 		if isTerminal(out) {
 			return f.tui(cmd.Context(), sort)
@@ -62,7 +66,7 @@ func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
 		host, _ := os.Hostname()
 		return tui.Run(ctx, t.Snapshot, tui.Options{
 			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
-			Sort: sort, Refresh: f.run,
+			Sort: sort, Refresh: f.run, ReadWait: f.readWait,
 			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
 		})
 	})

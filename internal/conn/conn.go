@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/kube"
 )
 
@@ -47,6 +48,24 @@ type Record struct {
 	RTTus      uint32     `json:"rtt_us"`   // smoothed RTT (srtt_us >> 3); 0 for UDP
 	Retrans    uint32     `json:"retrans"`
 	Partial    bool       `json:"partial"` // counting started after the connection did
+	// How long received data waited in the host until the application
+	// read it, over the last refresh (--read-wait; all 0 without samples):
+	// p50 and p99 are bucket bounds (log2), no higher than the max.
+	// UDP flows of one socket share its socket's.
+	ReadWaitP50us   uint64 `json:"read_wait_p50_us"`
+	ReadWaitP99us   uint64 `json:"read_wait_p99_us"`
+	ReadWaitMaxus   uint64 `json:"read_wait_max_us"`
+	ReadWaitSamples uint64 `json:"read_wait_samples"`
+	// Cookie is the key of the socket's kernel entry: its socket cookie
+	// (before 5.12, possibly its address). UDP flows of one socket share it.
+	Cookie uint64 `json:"-"`
+	// Sk is a TCP socket's kernel address (0 when unknown): before 5.12 the
+	// read-wait histograms are keyed by it.
+	Sk uint64 `json:"-"`
+	// ReadWait is the histogram behind the read_wait fields, nil without
+	// samples; records of one socket share it. Valid until the snapshot
+	// after the next one is taken.
+	ReadWait *hist.Wait `json:"-"`
 }
 
 // Snapshot is everything known at one refresh, with the loss counters that

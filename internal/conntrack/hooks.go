@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/stacktop/stacktop/internal/attach"
@@ -196,20 +195,5 @@ func (t *Tracker) attachHooks() error {
 }
 
 // tracingCookie reports whether tracing programs may call
-// bpf_get_socket_cookie (5.12+), by loading the smallest one that does.
-var tracingCookie = sync.OnceValue(func() bool {
-	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: "inet_sock_set_state", License: "GPL",
-		Instructions: asm.Instructions{
-			asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord), // the struct sock * argument
-			asm.FnGetSocketCookie.Call(),
-			asm.Mov.Imm(asm.R0, 0),
-			asm.Return(),
-		},
-	}, ebpf.ProgramOptions{LogDisabled: true})
-	if err != nil {
-		return false
-	}
-	prog.Close()
-	return true
-})
+// bpf_get_socket_cookie (5.12+).
+var tracingCookie = features.SocketCookieTracing

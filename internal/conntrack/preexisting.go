@@ -85,6 +85,7 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 				State:      stateName(m.State),
 				Netns:      ino,
 				Partial:    true,
+				Cookie:     cookie,
 			}}
 			p.rec.Family = familyOf(p.rec.LocalAddr)
 			if ti := s.TCPInfo; ti != nil {

@@ -62,6 +62,8 @@ func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 		RTTus:      c.SrttUs,
 		Retrans:    c.Retrans,
 		Partial:    c.Flags&connsConnFlagsCONN_PARTIAL != 0,
+		Cookie:     c.Cookie,
+		Sk:         c.Sk,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &c.Owner, 0)
@@ -87,6 +89,7 @@ func (t *Tracker) udpRecord(k *connsFlowKey, f *connsFlow) conn.Record {
 		PacketsIn:  f.PacketsIn,
 		PacketsOut: f.PacketsOut,
 		DropsIn:    f.DropsIn,
+		Cookie:     k.Cookie,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &f.Owner, f.CgroupId)

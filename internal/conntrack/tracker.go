@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/attach"
+	"github.com/stacktop/stacktop/internal/bpfmap"
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
@@ -49,6 +50,9 @@ type Config struct {
 	// Pods names the pod and container of each record's cgroup before the
 	// filter sees it; nil names none.
 	Pods *kube.Resolver
+	// ReadWait fills each record's read-wait fields before the filter sees
+	// it (internal/readwait); nil leaves them 0.
+	ReadWait ReadWaitJoin
 	// Backend forces the UDP hooks' implementation (--backend): fentry
 	// programs or the cgroup_skb ones; "" or Auto prefers fentry.
 	Backend features.Backend
@@ -224,6 +228,7 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	// Sized for as many records as the last refresh had, so that appending
 	// them does not copy them over and over.
 	snap := conn.Snapshot{Time: now, Records: slices.Grow(records[:0], s.selected+s.selected/8)}
+	rw := t.cfg.ReadWait
 	emit := func(r *conn.Record, prev totals, seen, closed bool) {
 		r.TS = now
 		switch {
@@ -239,6 +244,9 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 			r.RateOut = float64(r.BytesOut-min(prev.out, r.BytesOut)) / elapsed
 		}
 		r.Names = t.cfg.Pods.Names(r.Cgroup)
+		if rw != nil {
+			rw.Fill(r)
+		}
 		if t.cfg.Filter.Match(r) {
 			snap.Records = append(snap.Records, *r)
 		}
@@ -260,6 +268,14 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	t.netns.keep(s.conns)
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err
+	}
+	// After the closed events: every read of a socket closed by now is in
+	// the read-wait histograms (a read-wait entry newer than the tables
+	// waits for its socket's record at the next refresh).
+	if rw != nil {
+		if err := rw.Begin(); err != nil {
+			return snap, err
+		}
 	}
 	for i := range s.closed {
 		c := &s.closed[i]
@@ -309,7 +325,21 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	s.selected = len(snap.Records)
 	s.sort(snap.Records)
 	snap.Lost, snap.MapFull, err = t.drops()
+	if rw != nil && err == nil {
+		var full uint64
+		full, err = rw.End()
+		snap.MapFull += full
+	}
 	return snap, err
+}
+
+// ReadWaitJoin joins the read-wait histograms of the sockets to the records
+// (internal/readwait): Begin before the tables are read, Fill for every
+// record, End after, returning the samples that found its table full.
+type ReadWaitJoin interface {
+	Begin() error
+	Fill(r *conn.Record)
+	End() (mapFull uint64, err error)
 }
 
 // udpFlows reports every UDP flow; flows idle longer than UDPIdle are
@@ -350,25 +380,9 @@ func (t *Tracker) udpFlows(emit func(*conn.Record, totals, bool, bool)) error {
 	return nil
 }
 
-// readAll reads every entry of a hash map with batch lookups into keys and
-// values, reusing their memory. Batch lookups walk the map bucket by bucket
-// and, unlike key-by-key iteration, neither restart nor abort when entries
-// are deleted meanwhile — and connections close all the time.
+// readAll reads every entry of a hash map (bpfmap.ReadAll).
 func readAll[K, V any](m *ebpf.Map, keys []K, values []V) ([]K, []V, error) {
-	const chunk = 4096 // far more than one hash bucket ever holds
-	keys, values = keys[:0], values[:0]
-	var cursor ebpf.MapBatchCursor
-	for {
-		keys, values = slices.Grow(keys, chunk), slices.Grow(values, chunk)
-		n, err := m.BatchLookup(&cursor, keys[len(keys):len(keys)+chunk], values[len(values):len(values)+chunk], nil)
-		keys, values = keys[:len(keys)+n], values[:len(values)+n]
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return keys, values, nil
-		}
-		if err != nil {
-			return keys[:0], values[:0], err
-		}
-	}
+	return bpfmap.ReadAll(m, keys, values)
 }
 
 // drops reads the loss counters. Lost counts closed-connection events the

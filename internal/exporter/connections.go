@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/kube"
 )
 
@@ -45,19 +46,22 @@ var rttBoundsMicros = func() [20]uint64 {
 // traffic of connections that closed between two scrapes is kept, and a
 // connection's totals are never counted twice.
 type Connections struct {
-	limit     int // per-connection series to export; 0 exports none
-	maxGroups int // aggregates with series of their own; 0 is no limit
+	limit     int  // per-connection series to export; 0 exports none
+	maxGroups int  // aggregates with series of their own; 0 is no limit
+	readWait  bool // ExportReadWait
 
-	mu      sync.Mutex
-	last    map[connKey]counters // totals at the previous snapshot, per live connection
-	spare   map[connKey]counters // becomes last at the next snapshot
-	groups  map[groupKey]*group
-	folded  map[groupKey]time.Time // aggregates beyond maxGroups, counted in the other series; last active
-	open    map[openKey]int        // live connections per state, from the latest snapshot
-	live    []conn.Record          // live connections of the latest snapshot, kept for per-connection series
-	lost    uint64
-	mapFull uint64
-	err     error // the latest snapshot's error, reported at the next scrape
+	mu     sync.Mutex
+	last   map[connKey]counters // totals at the previous snapshot, per live connection
+	spare  map[connKey]counters // becomes last at the next snapshot
+	groups map[groupKey]*group
+	folded map[groupKey]time.Time // aggregates beyond maxGroups, counted in the other series; last active
+	open   map[openKey]int        // live connections per state, from the latest snapshot
+	live   []conn.Record          // live connections of the latest snapshot, kept for per-connection series
+	// readWaitSeen are the sockets whose read wait this snapshot added.
+	readWaitSeen map[uint64]struct{}
+	lost         uint64
+	mapFull      uint64
+	err          error // the latest snapshot's error, reported at the next scrape
 }
 
 // NewConnections returns an empty aggregate. perConnectionLimit > 0 also
@@ -71,6 +75,8 @@ func NewConnections(perConnectionLimit int) *Connections {
 		groups: map[groupKey]*group{},
 		folded: map[groupKey]time.Time{},
 		open:   map[openKey]int{},
+
+		readWaitSeen: map[uint64]struct{}{},
 	}
 }
 
@@ -161,6 +167,7 @@ type group struct {
 	totals         counters
 	opened, closed uint64
 	rtt            rttHistogram
+	readWait       hist.Wait // read waits of its sockets (ExportReadWait)
 	lastActive     time.Time
 }
 
@@ -217,6 +224,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	c.mapFull = max(c.mapFull, s.MapFull)
 	seen := c.spare // reused: a snapshot every few seconds should not churn the heap
 	clear(seen)
+	clear(c.readWaitSeen)
 	clear(c.open)
 	c.live = c.live[:0]
 	for i := range s.Records {
@@ -240,6 +248,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 		if r.Proto == "tcp" && r.RTTus > 0 {
 			g.rtt.observe(r.RTTus)
 		}
+		c.addReadWait(g, r)
 		if r.Event == conn.Closed {
 			g.closed++
 			continue
@@ -333,7 +342,7 @@ var (
 func describeConnections(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		receivedBytesDesc, sentBytesDesc, receivedPacketsDesc, sentPacketsDesc, openedDesc, closedDesc,
-		openDesc, retransDesc, udpDropsDesc, rttDesc, lostDesc, foldedDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
+		openDesc, retransDesc, udpDropsDesc, rttDesc, readWaitDesc, lostDesc, foldedDesc, mapFullDesc, connRecvDesc, connSentDesc, connRTTDesc,
 		connOmittedDesc,
 	} {
 		ch <- d
@@ -359,6 +368,9 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 			ch <- g.rtt.metric(k.labels(false)...)
 		} else {
 			counter(udpDropsDesc, g.totals.dropsIn, k.labels(false)...)
+		}
+		if c.readWait && g.readWait.Count() > 0 {
+			ch <- g.readWaitMetric(labels)
 		}
 	}
 	for k, n := range c.open {

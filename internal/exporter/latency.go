@@ -118,7 +118,7 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		for _, s := range series {
 			// The sum as ebpf_exporter computes it, to the last bit.
 			sum := float64(s.Hist.Sum) * 0.000000001
-			ch <- cumulativeHistogram(ebpfExporterDesc, &s.Hist, ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces, own.Ino))
+			ch <- cumulativeHistogram(ebpfExporterDesc, s.Hist.Buckets[:], ebpfExporterBounds[:], sum, e.ebpfExporterLabels(&s, ifaces, own.Ino))
 		}
 		return nil
 	}
@@ -131,22 +131,24 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 			labels = append(labels, s.Cgroup)
 		}
 		sum := float64(s.Hist.Sum) / 1e9
-		classic := cumulativeHistogram(e.latencyDesc, &s.Hist, latencyBounds[:], sum, labels)
+		classic := cumulativeHistogram(e.latencyDesc, s.Hist.Buckets[:], latencyBounds[:], sum, labels)
 		ch <- withNative(classic, nanosecondBuckets, s.Hist.Buckets[:], s.Hist.Count(), sum, labels)
 	}
 	return nil
 }
 
-// cumulativeHistogram converts per-bucket nanosecond counts into a
-// Prometheus histogram: cumulative counts per upper bound in seconds (the
-// buckets beyond bounds count only in +Inf) and the sum, in seconds.
-func cumulativeHistogram(desc *prometheus.Desc, h *hist.Histogram, bounds []float64, sum float64, labels []string) prometheus.Metric {
+// cumulativeHistogram converts per-bucket counts into a Prometheus
+// histogram: cumulative counts per upper bound in seconds (the buckets
+// beyond bounds count only in +Inf) and the sum, in seconds.
+func cumulativeHistogram(desc *prometheus.Desc, perBucket []uint64, bounds []float64, sum float64, labels []string) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(bounds))
 	var cumulative uint64
 	for i, le := range bounds {
-		cumulative += h.Buckets[i]
+		cumulative += perBucket[i]
 		buckets[le] = cumulative
 	}
-	count := h.Count()
-	return prometheus.MustNewConstHistogram(desc, count, sum, buckets, labels...)
+	for _, n := range perBucket[len(bounds):] {
+		cumulative += n
+	}
+	return prometheus.MustNewConstHistogram(desc, cumulative, sum, buckets, labels...)
 }

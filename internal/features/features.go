@@ -292,3 +292,25 @@ func KernelRelease() string {
 	}
 	return unix.ByteSliceToString(u.Release[:])
 }
+
+// SocketCookieTracing reports whether tracing programs may call
+// bpf_get_socket_cookie (5.12+), by loading the smallest one that does.
+// Both BPF objects key sockets by cookie, and read the socket's cookie
+// field where the helper is refused. Not in `doctor`'s list: its answer
+// shows as the kernel version's.
+var SocketCookieTracing = sync.OnceValue(func() bool {
+	prog, err := load(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: "inet_sock_set_state",
+		Instructions: asm.Instructions{
+			asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord), // the struct sock * argument
+			asm.FnGetSocketCookie.Call(),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return false
+	}
+	prog.Close()
+	return true
+})

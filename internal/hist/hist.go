@@ -3,6 +3,8 @@
 // same data feeds Prometheus unchanged.
 package hist
 
+import "math"
+
 // MaxSlot is the highest bucket index; values above 2^MaxSlot ns (~17 s) are
 // clamped into it.
 const MaxSlot = 34
@@ -33,9 +35,11 @@ func Slot(ns uint64) int {
 func UpperBound(i int) uint64 { return uint64(1) << i }
 
 // Count returns the number of recorded values.
-func (h *Histogram) Count() uint64 {
+func (h *Histogram) Count() uint64 { return total(h.Buckets[:]) }
+
+func total(buckets []uint64) uint64 {
 	var n uint64
-	for _, c := range h.Buckets {
+	for _, c := range buckets {
 		n += c
 	}
 	return n
@@ -66,4 +70,78 @@ type Series struct {
 	Ifindex  uint32
 	CgroupID uint64
 	Hist     Histogram
+}
+
+// Read wait per socket (internal/latency's read_waits map) keeps buckets
+// WaitFirstSlot to MaxSlot of these: its bucket 0 holds everything up to
+// 2^WaitFirstSlot ns (1.024 µs), bucket j > 0 holds (2^(j+9), 2^(j+10)] ns.
+const (
+	WaitFirstSlot = 10
+	WaitBuckets   = MaxSlot - WaitFirstSlot + 1
+)
+
+// WaitUpperBound returns the inclusive upper bound of read-wait bucket j in ns.
+func WaitUpperBound(j int) uint64 { return UpperBound(j + WaitFirstSlot) }
+
+// Wait is how long one socket's received data waited until the application
+// read it, over one refresh: per-bucket (not cumulative) counts, their sum
+// and the largest sample.
+type Wait struct {
+	Buckets [WaitBuckets]uint64
+	SumNs   uint64
+	MaxNs   uint64
+}
+
+// Count returns the number of samples.
+func (w *Wait) Count() uint64 { return total(w.Buckets[:]) }
+
+// Add merges o into w.
+func (w *Wait) Add(o *Wait) {
+	for i, c := range o.Buckets {
+		w.Buckets[i] += c
+	}
+	w.SumNs += o.SumNs
+	w.MaxNs = max(w.MaxNs, o.MaxNs)
+}
+
+// Max returns the largest sample in ns, 0 without samples. MaxNs is kept
+// by the kernel per refresh and may miss a sample taken while the refresh
+// was read; when it lies below the highest bucket with samples, that
+// bucket's upper bound stands in for it.
+func (w *Wait) Max() uint64 {
+	for j := WaitBuckets - 1; j >= 0; j-- {
+		if w.Buckets[j] == 0 {
+			continue
+		}
+		if j > 0 && w.MaxNs <= WaitUpperBound(j-1) {
+			return WaitUpperBound(j)
+		}
+		return max(w.MaxNs, 1)
+	}
+	return 0
+}
+
+// Quantile returns an upper bound of the q-quantile (0 < q ≤ 1) in ns: the
+// upper bound of the bucket holding the sample of rank ⌈q·count⌉, or the
+// largest sample (Max) when that is lower, as it is in the highest bucket
+// (the last bucket has no upper bound: it holds every larger value). 0
+// without samples.
+func (w *Wait) Quantile(q float64) uint64 {
+	n := w.Count()
+	if n == 0 {
+		return 0
+	}
+	rank := min(max(uint64(math.Ceil(q*float64(n))), 1), n)
+	largest := w.Max()
+	var seen uint64
+	for j, c := range w.Buckets {
+		seen += c
+		if seen >= rank {
+			if j == WaitBuckets-1 {
+				return largest
+			}
+			return min(WaitUpperBound(j), largest)
+		}
+	}
+	return largest // not reached
 }

@@ -29,3 +29,38 @@ func TestAddAndCount(t *testing.T) {
 		t.Fatalf("after Add: count %d sum %d bucket3 %d", a.Count(), a.Sum, a.Buckets[3])
 	}
 }
+
+// Read-wait quantiles are bucket bounds, or the max when that is lower (it
+// lies in the same bucket); the max stands in for the last bucket's missing
+// bound; a max the kernel missed (below the highest bucket with samples)
+// is replaced by that bucket's bound. Expectations from the definitions.
+func TestWaitQuantiles(t *testing.T) {
+	wait := func(maxNs uint64, buckets map[int]uint64) *Wait {
+		w := &Wait{MaxNs: maxNs}
+		for j, n := range buckets {
+			w.Buckets[j] = n
+		}
+		return w
+	}
+	for _, tc := range []struct {
+		name          string
+		w             *Wait
+		p50, p99, max uint64
+	}{
+		{"no samples", wait(0, nil), 0, 0, 0},
+		{"one bucket, max inside it", wait(20_000, map[int]uint64{5: 100}), 20_000, 20_000, 20_000},
+		{"the tail above p99", wait(120_000_000, map[int]uint64{2: 99, 17: 1}), 4096, 4096, 120_000_000},
+		{"25 samples: p99 is the largest", wait(120_000_000, map[int]uint64{3: 24, 17: 1}), 8192, 120_000_000, 120_000_000},
+		{"p99 below the max's bucket", wait(120_000_000, map[int]uint64{3: 50, 10: 49, 17: 1}), 8192, 1 << 20, 120_000_000},
+		{"max missed", wait(0, map[int]uint64{17: 2}), 1 << 27, 1 << 27, 1 << 27},
+		{"last bucket, no bound", wait(30_000_000_000, map[int]uint64{WaitBuckets - 1: 1}), 30_000_000_000, 30_000_000_000, 30_000_000_000},
+		{"sub-microsecond", wait(300, map[int]uint64{0: 4}), 300, 300, 300},
+	} {
+		if p50, p99, m := tc.w.Quantile(0.5), tc.w.Quantile(0.99), tc.w.Max(); p50 != tc.p50 || p99 != tc.p99 || m != tc.max {
+			t.Errorf("%s: p50 %d, p99 %d, max %d; want %d, %d, %d", tc.name, p50, p99, m, tc.p50, tc.p99, tc.max)
+		}
+	}
+	if WaitUpperBound(0) != 1024 || WaitUpperBound(WaitBuckets-1) != UpperBound(MaxSlot) {
+		t.Errorf("wait bounds %d … %d, want 2^10 … 2^%d ns", WaitUpperBound(0), WaitUpperBound(WaitBuckets-1), MaxSlot)
+	}
+}

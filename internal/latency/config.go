@@ -41,11 +41,20 @@ type Config struct {
 	// events per second (0: no bound). Both count what they cannot deliver.
 	Slow      time.Duration
 	SlowLimit uint32
+	// ReadWait also adds every socket-read sample to a histogram of its
+	// socket (ReadWaits), for the connection table's read wait; MaxSockets
+	// bounds those sockets (0: DefaultMaxSockets), a full table counting
+	// the samples it cannot hold as read_wait_full. The socket-read filters
+	// (PIDs, Cgroups, Ifindexes, Netns, MinQueueLen) do not apply to it.
+	ReadWait   bool
+	MaxSockets uint32
 	// At are probes the user names (--at), recorded as hooks after the
 	// built-in ones; at most MaxAt, each at a different point.
 	At []At
 	// slowRingBytes sizes the event ring (tests make it small to fill it).
 	slowRingBytes uint32
+	// noCookieHelper keys read wait as on kernels before 5.12 (tests).
+	noCookieHelper bool
 }
 
 // Select applies a selection (-p, -c, -i, -n): the reading processes and
@@ -73,9 +82,28 @@ func (c *Config) Select(sel selector.Selection) {
 // beyond it new combinations are counted as "hist_full" and dropped.
 const defaultMaxHistograms = 4096
 
-// defaultSlowRingBytes holds about 2,500 slow events (96 bytes and an
+// defaultSlowRingBytes holds about 1,600 slow events (152 bytes and an
 // 8-byte header each): a burst that user space has not read yet.
 const defaultSlowRingBytes = 256 << 10
+
+// slowTrails is the number of slots in which --slow keeps packets'
+// latencies at the hooks before the socket reads (56 bytes each: 896 KiB),
+// so that an event names the earlier hooks' latencies of a packet, unless
+// a newer packet took its slot (direct-mapped: a power of two). A packet
+// keeps its slot while k newer ones arrive with a chance of about
+// e^(-k/16384): 94 % for 1,000. Measured on this VM, 4,096 slots cost a
+// packet 160-180 ns at its first earlier hook, 16,384 280-300 ns, 65,536
+// 240-400 ns (the slot's cache line; docs/LATENCY.md).
+const slowTrails = 1 << 14
+
+// trailMask is the value of trail_mask: slow_trails has slowTrails slots
+// with --slow, else one (unused).
+func trailMask(cfg Config) uint32 {
+	if cfg.Slow > 0 {
+		return slowTrails - 1
+	}
+	return 0
+}
 
 // configure writes cfg into the BPF object before it is loaded: constants
 // the verifier can prune on, and map sizes. taiClock and skStorageTracing
@@ -104,6 +132,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		{s.IncludeHolBlocked, cfg.IncludeHOL},
 		{s.SlowNs, uint64(cfg.Slow)},
 		{s.SlowLimit, cfg.SlowLimit},
+		{s.TrailMask, trailMask(cfg)},
+		// Read wait: off, the verifier removes all of it.
+		{s.ReadWait, cfg.ReadWait},
+		{s.ReadWaitCookieHelper, readWaitCookieHelper(cfg)},
 	}
 	for _, c := range consts {
 		if err := c.v.Set(c.value); err != nil {
@@ -124,7 +156,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 	s.SlowEvents.MaxEntries = uint32(os.Getpagesize()) // the smallest ring: unused
 	if cfg.Slow > 0 {
 		s.SlowEvents.MaxEntries = cmp.Or(cfg.slowRingBytes, defaultSlowRingBytes)
+		s.SlowTrails.MaxEntries = trailMask(cfg) + 1
 	}
+	s.ReadWaits.MaxEntries = readWaitSockets(cfg)
 	if skStorageTracing {
 		s.TcpStatesBySock.MaxEntries = 1 // unused
 	}

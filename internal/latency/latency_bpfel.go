@@ -68,6 +68,17 @@ type latencyPendingRead struct {
 	}
 }
 
+type latencyReadWait struct {
+	_       structs.HostLayout
+	Slots   [25]uint32
+	Epoch   uint32
+	SumNs   uint64
+	MaxCur  uint64
+	MaxPrev uint64
+	Owner   uint32
+	Gen     uint32
+}
+
 type latencyReason uint32
 
 const (
@@ -79,7 +90,8 @@ const (
 	latencyReasonREASON_HOL_BLOCKED    latencyReason = 5
 	latencyReasonREASON_FIFO_FULL      latencyReason = 6
 	latencyReasonREASON_READ_UNTRACKED latencyReason = 7
-	latencyReasonN_REASONS             latencyReason = 8
+	latencyReasonREASON_READ_WAIT_FULL latencyReason = 8
+	latencyReasonN_REASONS             latencyReason = 9
 )
 
 type latencySlowBudget struct {
@@ -105,6 +117,7 @@ type latencySlowEvent struct {
 	Proto      uint8
 	Comm       [16]int8
 	_          [4]byte
+	Earlier    [7]uint64
 }
 
 type latencySockKey struct {
@@ -120,6 +133,13 @@ type latencyTcpState struct {
 	OooSeen   uint32
 	OooEnd    uint32
 	OooActive uint32
+}
+
+type latencyTrail struct {
+	_      structs.HostLayout
+	Skb    uint64
+	Tstamp int64
+	Lat    [5]uint64
 }
 
 type latencyUdpFifo struct {
@@ -155,9 +175,12 @@ const (
 	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
+	latencyMapReadWaitEpoch               = "read_wait_epoch"
+	latencyMapReadWaits                   = "read_waits"
 	latencyMapSlowBudgets                 = "slow_budgets"
 	latencyMapSlowDrops                   = "slow_drops"
 	latencyMapSlowEvents                  = "slow_events"
+	latencyMapSlowTrails                  = "slow_trails"
 	latencyMapTcpEnqueuedTails            = "tcp_enqueued_tails"
 	latencyMapTcpReads                    = "tcp_reads"
 	latencyMapTcpStates                   = "tcp_states"
@@ -194,11 +217,14 @@ const (
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
 	latencyVarReadIfindex                 = "read_ifindex"
+	latencyVarReadWait                    = "read_wait"
+	latencyVarReadWaitCookieHelper        = "read_wait_cookie_helper"
 	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
 	latencyVarSlowEventType               = "slow_event_type"
 	latencyVarSlowLimit                   = "slow_limit"
 	latencyVarSlowNs                      = "slow_ns"
 	latencyVarTaiClock                    = "tai_clock"
+	latencyVarTrailMask                   = "trail_mask"
 )
 
 // loadLatency returns the embedded CollectionSpec for latency.
@@ -275,9 +301,12 @@ type latencyMapSpecs struct {
 	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
+	ReadWaitEpoch    *ebpf.MapSpec `ebpf:"read_wait_epoch"`
+	ReadWaits        *ebpf.MapSpec `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.MapSpec `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.MapSpec `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.MapSpec `ebpf:"slow_events"`
+	SlowTrails       *ebpf.MapSpec `ebpf:"slow_trails"`
 	TcpEnqueuedTails *ebpf.MapSpec `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.MapSpec `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.MapSpec `ebpf:"tcp_states"`
@@ -289,25 +318,28 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
-	AtHook             *ebpf.VariableSpec `ebpf:"at_hook"`
-	AtSkbArg           *ebpf.VariableSpec `ebpf:"at_skb_arg"`
-	AtSockArg          *ebpf.VariableSpec `ebpf:"at_sock_arg"`
-	FilterCgroup       *ebpf.VariableSpec `ebpf:"filter_cgroup"`
-	FilterIfindex      *ebpf.VariableSpec `ebpf:"filter_ifindex"`
-	FilterPid          *ebpf.VariableSpec `ebpf:"filter_pid"`
-	GroupByCgroup      *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
-	GroupByIfindex     *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
-	GroupByNetns       *ebpf.VariableSpec `ebpf:"group_by_netns"`
-	GroupByProcess     *ebpf.VariableSpec `ebpf:"group_by_process"`
-	IncludeHolBlocked  *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
-	MinQueueLen        *ebpf.VariableSpec `ebpf:"min_queue_len"`
-	NetnsInum          *ebpf.VariableSpec `ebpf:"netns_inum"`
-	ReadIfindex        *ebpf.VariableSpec `ebpf:"read_ifindex"`
-	SkStorageInTracing *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
-	SlowEventType      *ebpf.VariableSpec `ebpf:"slow_event_type"`
-	SlowLimit          *ebpf.VariableSpec `ebpf:"slow_limit"`
-	SlowNs             *ebpf.VariableSpec `ebpf:"slow_ns"`
-	TaiClock           *ebpf.VariableSpec `ebpf:"tai_clock"`
+	AtHook               *ebpf.VariableSpec `ebpf:"at_hook"`
+	AtSkbArg             *ebpf.VariableSpec `ebpf:"at_skb_arg"`
+	AtSockArg            *ebpf.VariableSpec `ebpf:"at_sock_arg"`
+	FilterCgroup         *ebpf.VariableSpec `ebpf:"filter_cgroup"`
+	FilterIfindex        *ebpf.VariableSpec `ebpf:"filter_ifindex"`
+	FilterPid            *ebpf.VariableSpec `ebpf:"filter_pid"`
+	GroupByCgroup        *ebpf.VariableSpec `ebpf:"group_by_cgroup"`
+	GroupByIfindex       *ebpf.VariableSpec `ebpf:"group_by_ifindex"`
+	GroupByNetns         *ebpf.VariableSpec `ebpf:"group_by_netns"`
+	GroupByProcess       *ebpf.VariableSpec `ebpf:"group_by_process"`
+	IncludeHolBlocked    *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
+	MinQueueLen          *ebpf.VariableSpec `ebpf:"min_queue_len"`
+	NetnsInum            *ebpf.VariableSpec `ebpf:"netns_inum"`
+	ReadIfindex          *ebpf.VariableSpec `ebpf:"read_ifindex"`
+	ReadWait             *ebpf.VariableSpec `ebpf:"read_wait"`
+	ReadWaitCookieHelper *ebpf.VariableSpec `ebpf:"read_wait_cookie_helper"`
+	SkStorageInTracing   *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
+	SlowEventType        *ebpf.VariableSpec `ebpf:"slow_event_type"`
+	SlowLimit            *ebpf.VariableSpec `ebpf:"slow_limit"`
+	SlowNs               *ebpf.VariableSpec `ebpf:"slow_ns"`
+	TaiClock             *ebpf.VariableSpec `ebpf:"tai_clock"`
+	TrailMask            *ebpf.VariableSpec `ebpf:"trail_mask"`
 }
 
 // latencyObjects contains all objects after they have been loaded into the kernel.
@@ -339,9 +371,12 @@ type latencyMaps struct {
 	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
+	ReadWaitEpoch    *ebpf.Map `ebpf:"read_wait_epoch"`
+	ReadWaits        *ebpf.Map `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.Map `ebpf:"slow_budgets"`
 	SlowDrops        *ebpf.Map `ebpf:"slow_drops"`
 	SlowEvents       *ebpf.Map `ebpf:"slow_events"`
+	SlowTrails       *ebpf.Map `ebpf:"slow_trails"`
 	TcpEnqueuedTails *ebpf.Map `ebpf:"tcp_enqueued_tails"`
 	TcpReads         *ebpf.Map `ebpf:"tcp_reads"`
 	TcpStates        *ebpf.Map `ebpf:"tcp_states"`
@@ -360,9 +395,12 @@ func (m *latencyMaps) Close() error {
 		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
+		m.ReadWaitEpoch,
+		m.ReadWaits,
 		m.SlowBudgets,
 		m.SlowDrops,
 		m.SlowEvents,
+		m.SlowTrails,
 		m.TcpEnqueuedTails,
 		m.TcpReads,
 		m.TcpStates,
@@ -375,25 +413,28 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
-	AtHook             *ebpf.Variable `ebpf:"at_hook"`
-	AtSkbArg           *ebpf.Variable `ebpf:"at_skb_arg"`
-	AtSockArg          *ebpf.Variable `ebpf:"at_sock_arg"`
-	FilterCgroup       *ebpf.Variable `ebpf:"filter_cgroup"`
-	FilterIfindex      *ebpf.Variable `ebpf:"filter_ifindex"`
-	FilterPid          *ebpf.Variable `ebpf:"filter_pid"`
-	GroupByCgroup      *ebpf.Variable `ebpf:"group_by_cgroup"`
-	GroupByIfindex     *ebpf.Variable `ebpf:"group_by_ifindex"`
-	GroupByNetns       *ebpf.Variable `ebpf:"group_by_netns"`
-	GroupByProcess     *ebpf.Variable `ebpf:"group_by_process"`
-	IncludeHolBlocked  *ebpf.Variable `ebpf:"include_hol_blocked"`
-	MinQueueLen        *ebpf.Variable `ebpf:"min_queue_len"`
-	NetnsInum          *ebpf.Variable `ebpf:"netns_inum"`
-	ReadIfindex        *ebpf.Variable `ebpf:"read_ifindex"`
-	SkStorageInTracing *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
-	SlowEventType      *ebpf.Variable `ebpf:"slow_event_type"`
-	SlowLimit          *ebpf.Variable `ebpf:"slow_limit"`
-	SlowNs             *ebpf.Variable `ebpf:"slow_ns"`
-	TaiClock           *ebpf.Variable `ebpf:"tai_clock"`
+	AtHook               *ebpf.Variable `ebpf:"at_hook"`
+	AtSkbArg             *ebpf.Variable `ebpf:"at_skb_arg"`
+	AtSockArg            *ebpf.Variable `ebpf:"at_sock_arg"`
+	FilterCgroup         *ebpf.Variable `ebpf:"filter_cgroup"`
+	FilterIfindex        *ebpf.Variable `ebpf:"filter_ifindex"`
+	FilterPid            *ebpf.Variable `ebpf:"filter_pid"`
+	GroupByCgroup        *ebpf.Variable `ebpf:"group_by_cgroup"`
+	GroupByIfindex       *ebpf.Variable `ebpf:"group_by_ifindex"`
+	GroupByNetns         *ebpf.Variable `ebpf:"group_by_netns"`
+	GroupByProcess       *ebpf.Variable `ebpf:"group_by_process"`
+	IncludeHolBlocked    *ebpf.Variable `ebpf:"include_hol_blocked"`
+	MinQueueLen          *ebpf.Variable `ebpf:"min_queue_len"`
+	NetnsInum            *ebpf.Variable `ebpf:"netns_inum"`
+	ReadIfindex          *ebpf.Variable `ebpf:"read_ifindex"`
+	ReadWait             *ebpf.Variable `ebpf:"read_wait"`
+	ReadWaitCookieHelper *ebpf.Variable `ebpf:"read_wait_cookie_helper"`
+	SkStorageInTracing   *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
+	SlowEventType        *ebpf.Variable `ebpf:"slow_event_type"`
+	SlowLimit            *ebpf.Variable `ebpf:"slow_limit"`
+	SlowNs               *ebpf.Variable `ebpf:"slow_ns"`
+	TaiClock             *ebpf.Variable `ebpf:"tai_clock"`
+	TrailMask            *ebpf.Variable `ebpf:"trail_mask"`
 }
 
 // latencyPrograms contains all programs after they have been loaded into the kernel.

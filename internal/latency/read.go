@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -251,6 +252,7 @@ var Reasons = [numReasons]string{
 	latencyReasonREASON_HOL_BLOCKED:    "hol_blocked",
 	latencyReasonREASON_FIFO_FULL:      "fifo_full",
 	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
+	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
 }
 
 // reasonRecorded is never counted by the programs: it is the samples in the
@@ -291,14 +293,9 @@ func (t *Tracer) Counters() ([]Counter, error) {
 	var out []Counter
 	for _, h := range hooks {
 		for r, reason := range Reasons {
-			var perCPU []uint64
-			// The key of count() in the C: hook * N_REASONS + reason.
-			if err := m.Lookup(uint32(int(h)*numReasons+r), &perCPU); err != nil {
-				return nil, fmt.Errorf("reading counters: %w", err)
-			}
-			var n uint64
-			for _, v := range perCPU {
-				n += v
+			n, err := readCounter(m, h, latencyReason(r))
+			if err != nil {
+				return nil, err
 			}
 			if latencyReason(r) == reasonRecorded {
 				n = recorded[h]
@@ -309,4 +306,18 @@ func (t *Tracer) Counters() ([]Counter, error) {
 		}
 	}
 	return out, nil
+}
+
+// readCounter sums one counter of the counters map over the CPUs.
+func readCounter(m *ebpf.Map, h Hook, r latencyReason) (uint64, error) {
+	var perCPU []uint64
+	// The key of count() in the C: hook * N_REASONS + reason.
+	if err := m.Lookup(uint32(int(h)*numReasons+int(r)), &perCPU); err != nil {
+		return 0, fmt.Errorf("reading counters: %w", err)
+	}
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n, nil
 }

@@ -39,6 +39,10 @@ type SlowEvent struct {
 	PID        uint32     `json:"pid"`
 	Comm       string     `json:"comm"`
 	Cgroup     string     `json:"cgroup"`
+	// Earlier is the latency the same packet showed at each earlier
+	// enabled hook that saw it, ns by hook name; absent where it is not
+	// known (see docs/LATENCY.md).
+	Earlier map[string]uint64 `json:"earlier_ns,omitempty"`
 }
 
 // SlowDrops counts the slow packets not reported, since Start.
@@ -107,6 +111,14 @@ func (t *Tracer) slowEvent(raw *latencySlowEvent) SlowEvent {
 	}
 	if raw.Cgroup != 0 {
 		ev.Cgroup = t.cgroups.name(raw.Cgroup)
+	}
+	for h, ns := range raw.Earlier {
+		if ns != 0 {
+			if ev.Earlier == nil {
+				ev.Earlier = map[string]uint64{}
+			}
+			ev.Earlier[Hook(h).String()] = ns
+		}
 	}
 	return ev
 }
@@ -193,6 +205,14 @@ func WriteSlowText(w io.Writer, ev SlowEvent) error {
 	}
 	if ev.Cgroup != "" {
 		fmt.Fprintf(&b, " cgroup=%s", termsafe.String(ev.Cgroup))
+	}
+	if len(ev.Earlier) > 0 {
+		b.WriteString(" earlier")
+		for _, h := range Hooks { // in stack order
+			if ns, ok := ev.Earlier[h.String()]; ok {
+				fmt.Fprintf(&b, " %s=%s", h, time.Duration(ns))
+			}
+		}
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())

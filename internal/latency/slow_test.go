@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -124,8 +126,20 @@ func TestSlowEventsNameTheWaitingConnection(t *testing.T) {
 				t.Errorf("slow TCP read %+v: want %s > %s, tcp, family 4, pid %d, comm %q, a cgroup, latency >= %v",
 					ev, slowLocal, slowRemote, os.Getpid(), ourComm(), late)
 			}
+			// Local TCP carries a delivery time through ip-start and
+			// tcp-start; the enqueue is known where the read names its
+			// skb (tracepoint backend: the copied one), not at
+			// fentry/tcp_recv_timestamp, which sees only the stamp.
+			want := []Hook{TCPSocketEnqueued}
+			if backendOf(tr, TCPSocketRead) == features.FentryBE {
+				want = nil
+			}
+			checkEarlier(t, ev, want, threshold)
 		case ev.Hook == UDPSocketRead.String() && local == udpLocal:
 			udpReads++
+			// A datagram from the peer is stamped at netif_rx: every
+			// hook on its way saw it.
+			checkEarlier(t, ev, []Hook{IPStart, UDPStart, UDPSocketEnqueued}, threshold)
 			// The reading socket is not connected: at the read hooks
 			// the peer's address is unknown.
 			if remote != netip.AddrPortFrom(netip.IPv4Unspecified(), 0) || ev.Proto != "udp" || !reader ||
@@ -143,6 +157,40 @@ func TestSlowEventsNameTheWaitingConnection(t *testing.T) {
 	if d := slowDrops(t, tr); d != (SlowDrops{}) {
 		t.Errorf("drops %+v, want none", d)
 	}
+}
+
+// checkEarlier: the event names exactly the earlier hooks want, each
+// faster than the threshold (the packet waited in the socket), none after
+// a later one (the same stamp, later in the stack) nor after the event's.
+func checkEarlier(t *testing.T, ev SlowEvent, want []Hook, threshold time.Duration) {
+	t.Helper()
+	var got []Hook
+	var last uint64
+	for _, h := range Hooks {
+		ns, ok := ev.Earlier[h.String()]
+		if !ok {
+			continue
+		}
+		got = append(got, h)
+		if ns == 0 || ns >= uint64(threshold) || ns < last || ns > ev.LatencyNS {
+			t.Errorf("%s: %s at %v, after %v earlier, before %v at %s", ev.Hook, h, time.Duration(ns),
+				time.Duration(last), time.Duration(ev.LatencyNS), ev.Hook)
+		}
+		last = ns
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s event names earlier hooks %v, want %v: %+v", ev.Hook, got, want, ev)
+	}
+}
+
+// backendOf is the backend the tracer chose for h.
+func backendOf(tr *Tracer, h Hook) features.Backend {
+	for _, c := range tr.Choices() {
+		if c.Hook == h.String() {
+			return c.Backend
+		}
+	}
+	return ""
 }
 
 // TestSlowEventsDropsAreCounted: every slow packet is either reported or

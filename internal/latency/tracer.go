@@ -54,6 +54,8 @@ type Tracer struct {
 	byProcess bool
 	slow      *slowReader // nil without Config.Slow
 
+	readWaitScratch readWaitScratch // ReadWaits' memory
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once

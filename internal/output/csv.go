@@ -20,7 +20,8 @@ const csvTime = "2006-01-02T15:04:05.000Z07:00"
 // are the cumulative loss counters at that refresh, repeated on each row.
 var Header = []string{"ts", "event", "proto", "family", "local_addr", "local_port", "remote_addr",
 	"remote_port", "pid", "comm", "cgroup", "namespace", "pod", "container", "netns", "state", "bytes_in", "bytes_out", "packets_in",
-	"packets_out", "drops_in", "rate_in", "rate_out", "rtt_us", "retrans", "partial", "lost", "map_full"}
+	"packets_out", "drops_in", "rate_in", "rate_out", "rtt_us", "retrans", "partial",
+	"read_wait_p50_us", "read_wait_p99_us", "read_wait_max_us", "read_wait_samples", "lost", "map_full"}
 
 // CSV writes one row per connection per refresh.
 type CSV struct {
@@ -49,6 +50,7 @@ func (c *CSV) Write(s conn.Snapshot) error {
 			u(r.BytesIn), u(r.BytesOut), u(r.PacketsIn), u(r.PacketsOut), u(r.DropsIn),
 			strconv.FormatFloat(r.RateIn, 'f', 1, 64), strconv.FormatFloat(r.RateOut, 'f', 1, 64),
 			u(uint64(r.RTTus)), u(uint64(r.Retrans)), strconv.FormatBool(r.Partial),
+			u(r.ReadWaitP50us), u(r.ReadWaitP99us), u(r.ReadWaitMaxus), u(r.ReadWaitSamples),
 			u(s.Lost), u(s.MapFull)}
 		if err := c.w.Write(row); err != nil {
 			return err

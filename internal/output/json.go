@@ -136,6 +136,14 @@ func (j *JSON) appendRecord(b []byte, r *conn.Record) ([]byte, error) {
 	b = strconv.AppendUint(b, uint64(r.Retrans), 10)
 	b = append(b, `,"partial":`...)
 	b = strconv.AppendBool(b, r.Partial)
+	b = append(b, `,"read_wait_p50_us":`...)
+	b = strconv.AppendUint(b, r.ReadWaitP50us, 10)
+	b = append(b, `,"read_wait_p99_us":`...)
+	b = strconv.AppendUint(b, r.ReadWaitP99us, 10)
+	b = append(b, `,"read_wait_max_us":`...)
+	b = strconv.AppendUint(b, r.ReadWaitMaxus, 10)
+	b = append(b, `,"read_wait_samples":`...)
+	b = strconv.AppendUint(b, r.ReadWaitSamples, 10)
 	return append(b, "}\n"...), nil
 }
 

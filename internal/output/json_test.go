@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/kube"
 )
 
@@ -44,6 +45,10 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		r.PID, r.Netns, r.RTTus, r.Retrans = math.MaxUint32, math.MaxUint32, math.MaxUint32, 7
 		r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut = math.MaxUint64, 0, 1, math.MaxUint64-1
 		r.LocalPort, r.RemotePort = 0, math.MaxUint16
+	})
+	add(func(r *conn.Record) {
+		r.ReadWaitP50us, r.ReadWaitP99us, r.ReadWaitMaxus, r.ReadWaitSamples = 33, 131_072, math.MaxUint64, 25
+		r.Cookie, r.ReadWait = 12345, &hist.Wait{} // not in the contract: never printed
 	})
 	for _, rate := range []float64{0, 1, 0.5, 1234.5678, 1e-7, 1.5e-9, 1e20, 1e21, 3.4e38, 1e300, 5e-324, 123456789012345680} {
 		add(func(r *conn.Record) { r.RateIn, r.RateOut = rate, rate/3 })

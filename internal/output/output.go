@@ -69,6 +69,10 @@ func TextLine(r *conn.Record) string {
 	if r.Proto == "udp" {
 		line += fmt.Sprintf(" drops %d", r.DropsIn)
 	}
+	if r.ReadWaitSamples > 0 {
+		line += fmt.Sprintf(" wait p50 %s p99 %s max %s (%d reads)", Micros(r.ReadWaitP50us),
+			Micros(r.ReadWaitP99us), Micros(r.ReadWaitMaxus), r.ReadWaitSamples)
+	}
 	if r.Pod != "" {
 		line += fmt.Sprintf(" pod %s/%s/%s", termsafe.String(r.Namespace), termsafe.String(r.Pod), orDash(termsafe.String(r.Container)))
 	}
@@ -108,6 +112,17 @@ func rtt(us uint32) string {
 		return fmt.Sprintf("%dus", us)
 	}
 	return fmt.Sprintf("%.1fms", float64(us)/1000)
+}
+
+// Micros renders a duration in µs the way rtt does: 18us, 1.5ms, 2.3s.
+func Micros(us uint64) string {
+	switch {
+	case us < 1000:
+		return fmt.Sprintf("%dus", us)
+	case us < 1000000:
+		return fmt.Sprintf("%.1fms", float64(us)/1000)
+	}
+	return fmt.Sprintf("%.1fs", float64(us)/1e6)
 }
 
 // Bytes renders a byte count with binary prefixes: 512B, 1.5KiB, 3.0MiB.

@@ -54,6 +54,19 @@ func TestTextRTT(t *testing.T) {
 	}
 }
 
+// Read wait is on the line only when the socket had reads this refresh
+// (--read-wait): p50, p99 and max in the RTT's units, and the read count.
+func TestTextReadWait(t *testing.T) {
+	r := snapshot().Records[0]
+	if line := TextLine(&r); strings.Contains(line, "wait") {
+		t.Errorf("no reads, yet %q", line)
+	}
+	r.ReadWaitP50us, r.ReadWaitP99us, r.ReadWaitMaxus, r.ReadWaitSamples = 33, 131_072, 2_770_968, 25
+	if line, want := TextLine(&r), " wait p50 33us p99 131.1ms max 2.8s (25 reads) "; !strings.Contains(line, want) {
+		t.Errorf("%q lacks %q", line, want)
+	}
+}
+
 func TestCSVRowsShareTheRefreshTime(t *testing.T) {
 	var b bytes.Buffer
 	if err := New("csv", &b).Write(snapshot()); err != nil {

@@ -40,7 +40,7 @@ func (p *Peer) UDPToHost(t testing.TB, f Family, n int, readDelay time.Duration)
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	readDatagrams(t, p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr)), srv, n, readDelay)
+	ReadDatagrams(t, p.DialUDP(t, srv.LocalAddr().(*net.UDPAddr)), srv, n, readDelay)
 }
 
 // DialUDP returns a UDP socket in the peer's namespace connected to addr,
@@ -58,9 +58,9 @@ func (p *Peer) DialUDP(t testing.TB, addr *net.UDPAddr) *net.UDPConn {
 	return c
 }
 
-// readDatagrams sends n datagrams on c and reads each on srv before the next
+// ReadDatagrams sends n datagrams on c and reads each on srv before the next
 // is sent, so every read finds exactly one datagram waiting.
-func readDatagrams(t testing.TB, c, srv *net.UDPConn, n int, readDelay time.Duration) {
+func ReadDatagrams(t testing.TB, c, srv *net.UDPConn, n int, readDelay time.Duration) {
 	t.Helper()
 	buf := make([]byte, 64)
 	for i := range n {
@@ -250,5 +250,5 @@ func (p *Peer) UDPToPeer(t testing.TB, n int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	readDatagrams(t, c, srv, n, 0)
+	ReadDatagrams(t, c, srv, n, 0)
 }

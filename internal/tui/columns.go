@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/clierr"
@@ -33,6 +34,7 @@ const (
 	ColCgroup     ColumnID = "cgroup"
 	ColPod        ColumnID = "pod"
 	ColConns      ColumnID = "conns"
+	ColReadWait   ColumnID = "read-wait" // p99 read wait; only with --read-wait
 )
 
 // cutMode says which end of a too-long cell gives way.
@@ -135,6 +137,7 @@ var columns = func() map[ColumnID]*column {
 		}),
 		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
+		formattedColumn(ColReadWait, "Wait p99", "w", rttWidth, func(r *Row) uint64 { return r.ReadWaitP99us }, humanWait),
 	}
 	byID := make(map[ColumnID]*column, len(all))
 	for _, c := range all {
@@ -221,6 +224,25 @@ var (
 	}
 )
 
+// Read wait on (--read-wait), the views show each connection's p99 read
+// wait after its RTT, and each process's worst beside its rates.
+var (
+	connViewRW    = withColumn(connView, ColReadWait, ColRTT, ColRTT)
+	processViewRW = withColumn(processView, ColReadWait, ColRateOut, ColConns)
+)
+
+// withColumn is v with column id after screen column `after` and priority
+// column `rank`.
+func withColumn(v *view, id, after, rank ColumnID) *view {
+	w := *v
+	insert := func(ids []ColumnID, at ColumnID) []ColumnID {
+		i := slices.Index(ids, at) + 1
+		return slices.Insert(slices.Clone(ids), i, id)
+	}
+	w.columns, w.priority = insert(v.columns, after), insert(v.priority, rank)
+	return &w
+}
+
 func (v *view) has(id ColumnID) bool {
 	for _, c := range v.visible(true) {
 		if c == id {
@@ -253,7 +275,7 @@ func sortableIDs() []string {
 	for _, id := range connView.visible(true) {
 		ids = append(ids, string(id))
 	}
-	return append(ids, string(ColConns))
+	return append(ids, string(ColConns), string(ColReadWait))
 }
 
 // ParseSort reads a --sort value: a column name (see SortColumns), optionally

@@ -51,6 +51,10 @@ func humanRTT(us uint32) string {
 	}
 }
 
+// humanWait renders a read wait in µs; 0 (no read since the last refresh)
+// shows as "-".
+func humanWait(us uint64) string { return humanRTT(uint32(min(us, 1<<32-1))) }
+
 // endpoint renders addr:port the way ss does: IPv6 in brackets, the
 // wildcard address and port as "*".
 func endpoint(addr netip.Addr, port uint16) string {

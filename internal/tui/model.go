@@ -17,6 +17,7 @@ import (
 type Header struct {
 	Host, Kernel, Backend string
 	Interval              time.Duration
+	ReadWait              bool // --read-wait: the read-wait column is shown
 }
 
 // Model is the state of the screen. Its methods are the only way to change
@@ -34,6 +35,8 @@ type Model struct {
 	shown     []*Row        // rows on the table, filtered and sorted
 
 	view   *view
+	conns  *view // the two views: with the read-wait column when it is on
+	procs  *view
 	sorts  map[*view]Sort
 	extra  bool // `c`: extra columns
 	paused bool
@@ -52,14 +55,18 @@ type Model struct {
 // NewModel returns an empty screen sorted by s in each view that has its
 // column, and by DefaultSort in the others (and when s is zero).
 func NewModel(h Header, s Sort) *Model {
-	m := &Model{header: h, view: connView, width: 80, height: 24, sorts: map[*view]Sort{}}
-	for _, v := range []*view{connView, processView} {
+	m := &Model{header: h, conns: connView, procs: processView, width: 80, height: 24, sorts: map[*view]Sort{}}
+	if h.ReadWait {
+		m.conns, m.procs = connViewRW, processViewRW
+	}
+	m.view = m.conns
+	for _, v := range []*view{m.conns, m.procs} {
 		m.sorts[v] = DefaultSort
 		if v.has(s.Column) {
 			m.sorts[v] = s
 		}
 	}
-	m.cursor = m.sorts[connView].Column
+	m.cursor = m.sorts[m.conns].Column
 	m.rebuild()
 	return m
 }
@@ -200,10 +207,10 @@ func (m *Model) setFilter(f string) {
 }
 
 func (m *Model) toggleView() {
-	if m.view == connView {
-		m.view = processView
+	if m.view == m.conns {
+		m.view = m.procs
 	} else {
-		m.view = connView
+		m.view = m.conns
 	}
 	m.cursor = m.sorts[m.view].Column
 	m.offset = 0
@@ -223,6 +230,10 @@ func (m *Model) togglePause() {
 // sort column.
 func (m *Model) sortBy(id ColumnID) {
 	c := columns[id]
+	if id == ColReadWait && !m.header.ReadWait {
+		m.hint = "read wait is off: start with --read-wait"
+		return
+	}
 	if !m.view.has(id) {
 		m.hint = "no " + c.title + " column in the " + m.view.name + " view"
 		return
@@ -269,7 +280,7 @@ func (m *Model) rebuild() {
 			m.shown = append(m.shown, &m.rows[i])
 		}
 	}
-	if m.view == processView {
+	if m.view == m.procs {
 		m.processes = perProcess(m.shown)
 		m.shown = m.shown[:0]
 		for i := range m.processes {

@@ -58,6 +58,7 @@ var sortExpectations = map[ColumnID]func(a, b conn.Record) int{
 	ColPod: func(a, b conn.Record) int {
 		return strings.Compare(podText(&Row{Record: a}), podText(&Row{Record: b}))
 	},
+	ColReadWait: func(a, b conn.Record) int { return cmp.Compare(a.ReadWaitP99us, b.ReadWaitP99us) },
 }
 
 func compareEndpoint(a netip.Addr, ap uint16, b netip.Addr, bp uint16) int {
@@ -229,14 +230,16 @@ func TestFilterEditing(t *testing.T) {
 	}
 }
 
-func TestColumnToggle(t *testing.T) {
-	ids := func(m *Model) []ColumnID {
-		var out []ColumnID
-		for _, c := range m.layout.cols {
-			out = append(out, c.id)
-		}
-		return out
+// ids are the columns on screen, in order.
+func ids(m *Model) []ColumnID {
+	var out []ColumnID
+	for _, c := range m.layout.cols {
+		out = append(out, c.id)
 	}
+	return out
+}
+
+func TestColumnToggle(t *testing.T) {
 	m := newFixtureModel(t, 250, 40)
 	base := []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}
 	extra := append(slices.Clone(base), ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColPod, ColCgroup)
@@ -539,5 +542,65 @@ func TestBandwidthLevels(t *testing.T) {
 		if got := bandwidthLevel(bps); got != want {
 			t.Errorf("bandwidthLevel(%v) = %d, want %d", bps, got, want)
 		}
+	}
+}
+
+// With --read-wait, w sorts by the p99 read wait (worst first, again:
+// flips), the column sits after RTT, and the per-process view shows each
+// process's worst connection. Without it the column is absent and w says
+// how to turn it on; every other key keeps working.
+func TestReadWaitColumn(t *testing.T) {
+	m := NewModel(readWaitHeader, Sort{})
+	m.Resize(250, 40)
+	m.Update(fixture())
+	want := []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT, ColReadWait}
+	if got := ids(m); !slices.Equal(got, want) {
+		t.Fatalf("columns with read wait %v, want %v", got, want)
+	}
+	press(m, "w")
+	if s := m.sorts[m.conns]; s != (Sort{ColReadWait, true}) {
+		t.Fatalf("w: sort %+v, want read-wait descending", s)
+	}
+	checkOrder(t, shownRecords(m), ColReadWait, true)
+	if top := m.shown[0]; top.RemotePort != 40112 || !strings.Contains(m.Render(PlainTheme()), "95.0 ms") {
+		t.Fatalf("the neglected connection is not on top: %+v", top.Record)
+	}
+	press(m, "w")
+	checkOrder(t, shownRecords(m), ColReadWait, false)
+	for _, k := range []string{"r", "R", "p", "n", "s", "t", "a", "A", "P"} { // the others still sort
+		press(m, k)
+		if m.sorts[m.conns].Column != sortKeys[k] {
+			t.Fatalf("%s no longer sorts with read wait on", k)
+		}
+	}
+
+	press(m, "g")
+	if got := ids(m); !slices.Contains(got, ColReadWait) {
+		t.Fatalf("per-process columns %v lack the read wait", got)
+	}
+	press(m, "w")
+	checkOrder(t, shownRecords(m), ColReadWait, true)
+	worst := map[string]uint64{}
+	for _, r := range fixture().Records {
+		worst[r.Comm] = max(worst[r.Comm], r.ReadWaitP99us)
+	}
+	for _, r := range m.shown {
+		if r.ReadWaitP99us != worst[r.Comm] {
+			t.Errorf("%s: read wait %d, want its worst connection's %d", r.Comm, r.ReadWaitP99us, worst[r.Comm])
+		}
+	}
+	if m.shown[0].Comm != "nginx" {
+		t.Fatalf("worst process first: %s", m.shown[0].Comm)
+	}
+
+	off := newFixtureModel(t, 250, 40)
+	press(off, "w")
+	screen := off.Render(PlainTheme())
+	if off.sorts[connView] != DefaultSort || !strings.Contains(screen, "read wait is off: start with --read-wait") ||
+		strings.Contains(screen, "Wait p99") {
+		t.Fatalf("w without read wait: sort %+v\n%s", off.sorts[connView], screen)
+	}
+	if s, err := ParseSort("read-wait"); err != nil || s != (Sort{ColReadWait, true}) {
+		t.Fatalf("--sort read-wait: %+v, %v", s, err)
 	}
 }

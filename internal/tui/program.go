@@ -16,6 +16,7 @@ import (
 type Options struct {
 	Host, Kernel, Backend string // for the summary header
 	Sort                  Sort   // initial sort; zero means DefaultSort
+	ReadWait              bool   // --read-wait: show the read-wait column
 	// Refresh says how often to take a snapshot and when to stop on its own
 	// (--count, --duration); --format is not used.
 	Refresh runopts.Options
@@ -35,7 +36,7 @@ type Options struct {
 // records written meanwhile are held and written when the terminal is back.
 func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options) error {
 	defer holdLogs()()
-	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval)}, opts.Sort)
+	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval), ReadWait: opts.ReadWait}, opts.Sort)
 	p := tea.NewProgram(&screen{model: m, theme: ColorTheme()}, append([]tea.ProgramOption{tea.WithContext(ctx)}, opts.program...)...)
 
 	collectCtx, stopCollecting := context.WithCancel(ctx)

@@ -13,7 +13,8 @@ import (
 // KeyHelp documents every key. The `?` overlay and `stacktop top --help`
 // both show it, so the two never disagree.
 const KeyHelp = `Sort    r rate in  R rate out  p PID  n process  s state  t RTT
-        a local  A remote  P protocol    (the same key again flips)
+        a local  A remote  P protocol  w read wait p99 (--read-wait)
+        (the same key again flips)
         Tab Shift-Tab Left Right select a header, Enter sorts by it
 Filter  / then type: matches address, port, process, PID, cgroup;
         Enter keeps the filter, Esc clears it
@@ -187,7 +188,7 @@ func (m *Model) statusBar(t *Theme) string {
 		parts = append(parts, m.hint)
 	}
 	noun := "connections"
-	if m.view == processView {
+	if m.view == m.procs {
 		noun = "processes"
 	}
 	parts = append(parts, fmt.Sprintf("%d %s", len(m.shown), noun))

@@ -19,10 +19,11 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata fr
 // change, run `go test ./internal/tui -run Golden -update` and review the diff.
 func TestGoldenScreens(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		w, h int
-		keys []string
-		snap func() conn.Snapshot // nil: the fixture
+		name   string
+		w, h   int
+		keys   []string
+		snap   func() conn.Snapshot // nil: the fixture
+		header *Header              // nil: fixtureHeader
 	}{
 		{name: "default-100x24", w: 100, h: 24},
 		{name: "default-80x24", w: 80, h: 24},
@@ -40,9 +41,15 @@ func TestGoldenScreens(t *testing.T) {
 			return s
 		}},
 		{name: "short-40x6", w: 40, h: 6},
+		{name: "read-wait-100x20", w: 100, h: 20, keys: []string{"w"}, header: &readWaitHeader},
+		{name: "read-wait-per-process-100x20", w: 100, h: 20, keys: []string{"g", "w"}, header: &readWaitHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewModel(fixtureHeader, Sort{})
+			h := fixtureHeader
+			if tc.header != nil {
+				h = *tc.header
+			}
+			m := NewModel(h, Sort{})
 			m.Resize(tc.w, tc.h)
 			snap := fixture
 			if tc.snap != nil {

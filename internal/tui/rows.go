@@ -45,8 +45,9 @@ func (r *Row) matches(needle string) bool {
 
 // perProcess sums rows by PID; the rows are already filtered, so the sums
 // are of the connections the filter selected. A process's name, cgroup and pod are those of its
-// first row; RTT is the worst (highest) of its connections, because an
-// average would hide the one slow peer a person is looking for.
+// first row; RTT and read wait are the worst (highest) of its connections,
+// because an average would hide the one slow peer (or the one socket its
+// reader neglects) a person is looking for.
 func perProcess(rows []*Row) []Row {
 	byPID := make(map[uint32]int)
 	var out []Row
@@ -68,6 +69,7 @@ func perProcess(rows []*Row) []Row {
 		p.Retrans += r.Retrans
 		p.DropsIn += r.DropsIn
 		p.RTTus = max(p.RTTus, r.RTTus)
+		p.ReadWaitP99us = max(p.ReadWaitP99us, r.ReadWaitP99us)
 	}
 	return out
 }

@@ -83,8 +83,12 @@ var Tools = []Tool{
 		Command: "stream", args: fixed("--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "stream-tcp", About: "`stacktop stream --tcp --format json --interval 1s > /dev/null`: TCP only, so no UDP program (where fentry is refused, the cgroup_skb ones run for every packet); not in the default `-tools`",
 		Command: "stream", args: fixed("--tcp", "--format", "json", "--interval", "1s"), ready: readyFirstReport},
+	{Name: "stream-readwait", About: "`stacktop stream --read-wait --format json --interval 1s > /dev/null`: with each connection's read wait (the socket-read probes and per-socket histograms); not in the default `-tools`",
+		Command: "stream", args: fixed("--read-wait", "--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "serve", About: "`stacktop serve` with its default flags, /metrics scraped every second",
 		Command: "serve", args: serve, scrape: true, ready: readyEndpoint},
+	{Name: "serve-readwait", About: "`stacktop serve --collector.read-wait`, /metrics scraped every second: read wait per process from the default probe's programs; not in the default `-tools`",
+		Command: "serve", args: serveReadWait, scrape: true, ready: readyEndpoint},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
 		args: bpftrace, timestamping: true},
 }
@@ -128,6 +132,12 @@ func fixed(args ...string) func(Env) ([]string, error) {
 // and connection tracking, as a user would run it.
 func serve(env Env) ([]string, error) {
 	return []string{"--web.listen-address", env.ServeAddr.String()}, nil
+}
+
+// serveReadWait is serve with the read-wait collector on.
+func serveReadWait(env Env) ([]string, error) {
+	args, err := serve(env)
+	return append(args, "--collector.read-wait"), err
 }
 
 func bpftrace(env Env) ([]string, error) {

@@ -59,18 +59,21 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 	struct sk_buff *tail = sk->sk_receive_queue.prev;
 	__u16 proto = sk->sk_protocol;
 	__u16 type = sk->sk_type;
+	bool selected;
 
 	if ((void *)tail == queue || !tail)
 		return 0;
 	/* Another namespace's socket (the default -n 0 selects ours) leaves
-	 * before any map is touched. */
-	if (!netns_allowed(sk_netns(sk)))
+	 * before any map is touched — unless read wait, which takes every
+	 * socket's reads, needs its UDP datagrams in the read FIFO. */
+	selected = netns_allowed(sk_netns(sk));
+	if (!selected && !read_wait)
 		return 0;
-	if (proto == IPPROTO_TCP && type == SOCK_STREAM && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
+	if (proto == IPPROTO_TCP && type == SOCK_STREAM && selected && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
 		tcp_enqueued(sk, tail);
 	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
-		 (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) || hook_enabled(HOOK_UDP_SOCK_READ)))
-		udp_enqueued(sk, tail, queue);
+		 ((selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED)) || hook_enabled(HOOK_UDP_SOCK_READ)))
+		udp_enqueued(sk, tail, queue, selected);
 	return 0;
 }
 
@@ -85,8 +88,9 @@ int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 
 	/* Attached only for tcp-socket-read: no hook_backends check. A read
 	 * of another namespace's socket leaves nothing pending, so its
-	 * sock_recv_length returns at once. */
-	if (!sk || sk->sk_protocol != IPPROTO_TCP || !netns_allowed(sk_netns(sk)))
+	 * sock_recv_length returns at once — unless read wait, which takes
+	 * every socket's reads (record_tcp_read filters the histograms). */
+	if (!sk || sk->sk_protocol != IPPROTO_TCP || (!read_wait && !netns_allowed(sk_netns(sk))))
 		return 0;
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
@@ -178,14 +182,12 @@ SEC("fentry/skb_consume_udp")
 int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int len)
 {
 	struct stamp s;
-	__u64 cgroup;
 
 	/* MSG_PEEK passes the length negated: the datagram stays queued */
 	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
 		return 0;
 	read_stamp(skb, &s);
-	if (read_selected(HOOK_UDP_SOCK_READ, sk, &s, &cgroup))
-		record_read(HOOK_UDP_SOCK_READ, sk, &s, cgroup);
+	read_done(HOOK_UDP_SOCK_READ, sk, &s);
 	return 0;
 }
 

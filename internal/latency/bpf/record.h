@@ -37,6 +37,7 @@ enum reason {
 	REASON_HOL_BLOCKED,    /* TCP read possibly delayed by head-of-line blocking, excluded */
 	REASON_FIFO_FULL,      /* UDP read FIFO full: datagram enqueued but not tracked */
 	REASON_READ_UNTRACKED, /* UDP read of a datagram the FIFO does not know */
+	REASON_READ_WAIT_FULL, /* read wait: no room for the socket's histogram */
 	N_REASONS,
 };
 

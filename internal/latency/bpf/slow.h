@@ -37,6 +37,9 @@ struct slow_event {
 	__u8 family; /* AF_INET, AF_INET6; 0: the addresses are unknown */
 	__u8 proto;  /* IPPROTO_*; 0: unknown */
 	char comm[COMM_LEN];
+	/* The latency the same skb showed at each earlier hook, ns; 0 where
+	 * it is not known (see slow_trails). */
+	__u64 earlier[N_HOOKS];
 };
 
 /* Never read: puts struct slow_event in the object's BTF for bpf2go -type. */
@@ -46,6 +49,88 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096); /* resized by user space */
 } slow_events SEC(".maps");
+
+/*
+ * --slow: the latency each packet showed at the hooks before the socket
+ * reads, so that an event can say where the packet waited. A direct-mapped
+ * table (an array indexed by a hash of the skb's stamp, each slot the skb's
+ * address and stamp, which identify it, and one latency per hook), not a
+ * hash map: every packet writes it at every hook while --slow is on, and a
+ * map update costs a lock and an allocation (an LRU hash made
+ * tp_sk_data_ready 1,100 ns a run instead of 145, docs/LATENCY.md); a slot
+ * is one cache line. A newer packet hashed to the same slot replaces the
+ * older one, whose trail is then unknown. Sized by user space: trail_mask + 1
+ * slots, 0 (no trail) without --slow.
+ */
+#define TRAIL_HOOKS HOOK_TCP_SOCK_READ /* the hooks before the reads */
+
+struct trail {
+	__u64 skb;
+	__s64 tstamp;
+	__u64 lat[TRAIL_HOOKS]; /* ns at each hook; 0: not seen there */
+};
+
+volatile const __u32 trail_mask = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct trail);
+} slow_trails SEC(".maps");
+
+/* trail_slot is the slot of the packet s describes (it may hold another
+ * packet's trail); NULL when the hook does not know the skb (fentry
+ * tcp_recv_timestamp). */
+static __always_inline struct trail *trail_slot(const struct stamp *s)
+{
+	__u64 h = (__u64)s->tstamp;
+	__u32 idx;
+
+	if (!s->skb)
+		return NULL;
+	h ^= h >> 29;
+	h *= 0x9e3779b97f4a7c15ULL;
+	idx = (h >> 32) & trail_mask;
+	return bpf_map_lookup_elem(&slow_trails, &idx);
+}
+
+static __always_inline bool trail_of_packet(const struct trail *t, const struct stamp *s)
+{
+	return t->skb == s->skb && t->tstamp == s->tstamp;
+}
+
+/* trail_note keeps the latency of the packet s at hook. */
+static __always_inline void trail_note(__u32 hook, const struct stamp *s, __s64 lat)
+{
+	struct trail *t;
+
+	if (hook >= TRAIL_HOOKS)
+		return;
+	t = trail_slot(s);
+	if (!t)
+		return;
+	if (!trail_of_packet(t, s)) {
+		__builtin_memset(t->lat, 0, sizeof(t->lat));
+		t->skb = s->skb;
+		t->tstamp = s->tstamp;
+	}
+	t->lat[hook] = lat;
+}
+
+/* trail_copy puts the packet's latencies at the hooks before hook into e,
+ * those no greater than lat: two CPUs writing one slot for two packets at
+ * once may leave one's latency under the other's key. */
+static __always_inline void trail_copy(struct slow_event *e, __u32 hook, const struct stamp *s, __s64 lat)
+{
+	struct trail *t = trail_slot(s);
+
+	if (!t || !trail_of_packet(t, s))
+		return;
+	for (__u32 h = 0; h < TRAIL_HOOKS; h++)
+		if (h < hook && t->lat[h] <= (__u64)lat)
+			e->earlier[h] = t->lat[h];
+}
 
 /* Why a slow packet was not reported: every one is counted. */
 enum slow_drop {
@@ -232,7 +317,10 @@ static __always_inline void report_slow(__u32 hook, __s64 lat, const struct stam
 {
 	struct slow_event *e;
 
-	if (!slow_ns || lat <= (__s64)slow_ns)
+	if (!slow_ns || lat < 0)
+		return;
+	trail_note(hook, s, lat);
+	if (lat <= (__s64)slow_ns)
 		return;
 	if (!slow_budget_left(s->tstamp + lat)) {
 		count_slow_drop(SLOW_LIMITED);
@@ -261,6 +349,8 @@ static __always_inline void report_slow(__u32 hook, __s64 lat, const struct stam
 		e->cgroup = bpf_get_current_cgroup_id();
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 	}
+	/* Hooks are in stack order: the earlier ones have lower ids. */
+	trail_copy(e, hook, s, lat);
 	bpf_ringbuf_submit(e, 0);
 }
 

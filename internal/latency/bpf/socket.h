@@ -7,6 +7,7 @@
 #define LATENCY_SOCKET_H
 
 #include "slow.h"
+#include "readwait.h"
 
 
 /*
@@ -155,10 +156,41 @@ static __always_inline bool read_selected(__u32 hook, const struct sock *sk, con
 	return !filter_cgroup || bpf_map_lookup_elem(&cgroup_filter, cgroup);
 }
 
-/* record_read records a selected read: in the reading task's context. */
-static __always_inline void record_read(__u32 hook, const struct sock *sk, const struct stamp *s, __u64 cgroup)
+/* record_read records a selected read, in the reading task's context, and
+ * with read wait adds it to its socket's histogram. */
+static __always_inline void record_read(__u32 hook, struct sock *sk, const struct stamp *s, __u64 cgroup)
 {
-	report_slow(hook, record(hook, s, cgroup, sk, NULL, true), s, sk, NULL, true);
+	__s64 lat = record(hook, s, cgroup, sk, NULL, true);
+
+	if (read_wait && lat >= 0)
+		read_wait_add(hook, sk, lat);
+	report_slow(hook, lat, s, sk, NULL, true);
+}
+
+/*
+ * read_wait_unselected adds a read the filters excluded to its socket's
+ * read wait: read wait takes every read the probe could take, filtered or
+ * not, since the filters select the latency histograms and the connections
+ * are selected in user space. Off, the verifier removes it.
+ */
+static __always_inline void read_wait_unselected(__u32 hook, struct sock *sk, const struct stamp *s)
+{
+	__s64 lat;
+
+	if (read_wait && !s->skip && (lat = realtime_now() - s->tstamp) >= 0)
+		read_wait_add(hook, sk, lat);
+}
+
+/* read_done takes a socket read of hook (udp-socket-read: the TCP one has
+ * the head-of-line check first, record_tcp_read). */
+static __always_inline void read_done(__u32 hook, struct sock *sk, const struct stamp *s)
+{
+	__u64 cgroup;
+
+	if (read_selected(hook, sk, s, &cgroup))
+		record_read(hook, sk, s, cgroup);
+	else
+		read_wait_unselected(hook, sk, s);
 }
 
 /* ---- sk_data_ready: tcp/udp-socket-enqueued, and the UDP read FIFO ---- */
@@ -220,7 +252,9 @@ static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
 	f->tail = tail + 1;
 }
 
-static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel)
+/* udp_enqueued records udp-socket-enqueued for a socket of a selected
+ * namespace (selected), and fills the read FIFO for udp-socket-read. */
+static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel, bool selected)
 {
 	struct sk_buff *skb = tail;
 	struct stamp fresh[WALK_BACK];
@@ -248,7 +282,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 	for (int i = WALK_BACK - 1; i >= 0; i--) {
 		if (i >= n)
 			continue;
-		if (hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex))
+		if (selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED) && ifindex_allowed(fresh[i].ifindex))
 			report_slow(HOOK_UDP_SOCK_ENQUEUED, record(HOOK_UDP_SOCK_ENQUEUED, &fresh[i], 0, sk, NULL, false),
 				    &fresh[i], sk, NULL, false);
 		if (hook_enabled(HOOK_UDP_SOCK_READ))
@@ -324,18 +358,24 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
 /* A TCP read that returned data; s is the newest stamp it copied. The
  * head-of-line check reads a tcp_sock line no read touches otherwise
  * (rcv_ooopack, among the retransmission fields), so it comes after the
- * filters. */
+ * filters; a read they exclude is checked only for read wait, which
+ * leaves head-of-line blocked reads out too. */
 static __always_inline void record_tcp_read(struct sock *sk, const struct stamp *s)
 {
 	__u64 cgroup;
+	bool selected = read_selected(HOOK_TCP_SOCK_READ, sk, s, &cgroup);
 
-	if (!read_selected(HOOK_TCP_SOCK_READ, sk, s, &cgroup))
+	if (!selected && !read_wait)
 		return;
 	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
-		count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
+		if (selected)
+			count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
 		return;
 	}
-	record_read(HOOK_TCP_SOCK_READ, sk, s, cgroup);
+	if (selected)
+		record_read(HOOK_TCP_SOCK_READ, sk, s, cgroup);
+	else
+		read_wait_unselected(HOOK_TCP_SOCK_READ, sk, s);
 }
 
 static __always_inline void tcp_read(struct sock *sk, int ret)
@@ -370,7 +410,6 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	struct udp_fifo *f;
 	struct stamp h = {}, s;
 	__u32 consumed, first;
-	__u64 cgroup;
 
 	f = bpf_sk_storage_get(&udp_fifos, sk, NULL, 0);
 	if (!f)
@@ -403,8 +442,8 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	}
 	s = f->ring[(first + consumed - 1) % FIFO_LEN];
 	f->head = first + consumed;
-	if (ret >= 0 && read_selected(HOOK_UDP_SOCK_READ, sk, &s, &cgroup))
-		record_read(HOOK_UDP_SOCK_READ, sk, &s, cgroup);
+	if (ret >= 0)
+		read_done(HOOK_UDP_SOCK_READ, sk, &s);
 }
 
 
