@@ -32,8 +32,13 @@ type latencyFlags struct {
 	probes        probeFlags
 	groupProcess  bool
 	debugCounters bool
+	sample        string
 	slow          slowFlags
 }
+
+// maxSampleEvery bounds --sample: beyond a million, a busy host's histograms
+// would still fill, an idle one's would stay empty for hours.
+const maxSampleEvery = 1_000_000
 
 // probeFlags select and filter the latency probes; serve shares them.
 type probeFlags struct {
@@ -88,6 +93,10 @@ the packet's addresses), interface, namespace and, at the socket-read
 probes, the reading process. At most --slow-limit per second; events not
 printed are counted after each report.
 
+--sample N records a random 1 in N packets (reads, at the socket-read
+probes), decided before anything else about the packet is read: the
+histograms then count samples, not packets, and say "sampled 1 in N".
+
 --at SPEC adds a probe at any tracepoint or kernel function that takes an
 skb: tracepoint:CATEGORY:NAME (tp_btf) or fentry:FUNCTION (where the kernel
 allows fentry); the skb argument is found in the kernel's BTF, and SPEC names
@@ -110,6 +119,7 @@ alone. See docs/LATENCY.md.`,
 	f.probes.register(fs)
 	fs.BoolVarP(&f.groupProcess, "group-by-process", "P", false, "one histogram per reading process, pid and comm (socket-read probes; the others under pid 0)")
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
+	fs.StringVar(&f.sample, "sample", "1", "record a random 1 in `N` packets (reads, at the socket-read probes): cheaper on busy hosts; counts are then of samples")
 	f.slow.register(fs)
 	return cmd
 }
@@ -156,6 +166,11 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 			"and neither tcp-socket-read nor udp-socket-read is enabled (enabled: %s)", hookNames(cfg.Hooks))
 	}
 	cfg.GroupByProcess = f.groupProcess
+	n, err := strconv.ParseUint(f.sample, 10, 32)
+	if err != nil || n < 1 || n > maxSampleEvery {
+		return clierr.Usage("sample", f.sample, "must be a whole number from 1 (every packet) to %d", maxSampleEvery)
+	}
+	cfg.SampleEvery = uint32(n)
 	if err := f.slow.config(&cfg); err != nil {
 		return err
 	}

@@ -70,6 +70,9 @@ type Series struct {
 	Ifindex  uint32
 	CgroupID uint64
 	Hist     Histogram
+	// SampleEvery, above 1: Hist counts a random 1 in SampleEvery of the
+	// packets (stacktop latency --sample), not all of them.
+	SampleEvery uint32
 }
 
 // Read wait per socket (internal/latency's read_waits map) keeps buckets

@@ -35,7 +35,13 @@ type Config struct {
 	// current task is unrelated, and keep pid 0.
 	GroupByProcess bool
 	IncludeHOL     bool // include TCP reads that may have waited for a lost segment
-	MaxHistograms  uint32
+	// SampleEvery, above 1, records each packet (each read, at the
+	// socket-read probes) with probability 1/SampleEvery, decided before
+	// anything about it is read: the histograms count samples, not packets
+	// (hist.Series.SampleEvery says so). Not with ReadWait, whose
+	// per-connection histograms add up every read.
+	SampleEvery   uint32
+	MaxHistograms uint32
 	// Slow, when not 0, reports every packet whose latency at an enabled
 	// hook exceeds it as a SlowEvent (ReadSlow); SlowLimit bounds those
 	// events per second (0: no bound). Both count what they cannot deliver.
@@ -130,6 +136,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		{s.GroupByCgroup, cfg.GroupByCgroup},
 		{s.GroupByProcess, cfg.GroupByProcess},
 		{s.IncludeHolBlocked, cfg.IncludeHOL},
+		{s.SampleThreshold, sampleThreshold(cfg.SampleEvery)},
 		{s.SlowNs, uint64(cfg.Slow)},
 		{s.SlowLimit, cfg.SlowLimit},
 		{s.TrailMask, trailMask(cfg)},
@@ -163,6 +170,15 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		s.TcpStatesBySock.MaxEntries = 1 // unused
 	}
 	return nil
+}
+
+// sampleThreshold is the value of sample_threshold: a packet is recorded
+// when a random 32-bit number is below it, so with probability 1/every.
+func sampleThreshold(every uint32) uint32 {
+	if every <= 1 {
+		return 0
+	}
+	return uint32((1 << 32) / uint64(every))
 }
 
 // fillFilters puts the filter values into the loaded maps.

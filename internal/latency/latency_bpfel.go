@@ -56,16 +56,18 @@ const (
 )
 
 type latencyPendingRead struct {
-	_    structs.HostLayout
-	Task uint64
-	Sk   uint64
-	S    struct {
+	_      structs.HostLayout
+	Task   uint64
+	Copied uint64
+	S      struct {
 		_       structs.HostLayout
 		Skb     uint64
 		Tstamp  int64
 		Ifindex uint32
 		Skip    latencyReason
 	}
+	Skip bool
+	_    [7]byte
 }
 
 type latencyReadWait struct {
@@ -219,6 +221,7 @@ const (
 	latencyVarReadIfindex                 = "read_ifindex"
 	latencyVarReadWait                    = "read_wait"
 	latencyVarReadWaitCookieHelper        = "read_wait_cookie_helper"
+	latencyVarSampleThreshold             = "sample_threshold"
 	latencyVarSkStorageInTracing          = "sk_storage_in_tracing"
 	latencyVarSlowEventType               = "slow_event_type"
 	latencyVarSlowLimit                   = "slow_limit"
@@ -334,6 +337,7 @@ type latencyVariableSpecs struct {
 	ReadIfindex          *ebpf.VariableSpec `ebpf:"read_ifindex"`
 	ReadWait             *ebpf.VariableSpec `ebpf:"read_wait"`
 	ReadWaitCookieHelper *ebpf.VariableSpec `ebpf:"read_wait_cookie_helper"`
+	SampleThreshold      *ebpf.VariableSpec `ebpf:"sample_threshold"`
 	SkStorageInTracing   *ebpf.VariableSpec `ebpf:"sk_storage_in_tracing"`
 	SlowEventType        *ebpf.VariableSpec `ebpf:"slow_event_type"`
 	SlowLimit            *ebpf.VariableSpec `ebpf:"slow_limit"`
@@ -429,6 +433,7 @@ type latencyVariables struct {
 	ReadIfindex          *ebpf.Variable `ebpf:"read_ifindex"`
 	ReadWait             *ebpf.Variable `ebpf:"read_wait"`
 	ReadWaitCookieHelper *ebpf.Variable `ebpf:"read_wait_cookie_helper"`
+	SampleThreshold      *ebpf.Variable `ebpf:"sample_threshold"`
 	SkStorageInTracing   *ebpf.Variable `ebpf:"sk_storage_in_tracing"`
 	SlowEventType        *ebpf.Variable `ebpf:"slow_event_type"`
 	SlowLimit            *ebpf.Variable `ebpf:"slow_limit"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -870,5 +871,60 @@ func exchange(t *testing.T, c [2]net.Conn, n int) {
 		if _, err := io.ReadFull(c[1], buf[:len(msg)]); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSampling runs two tracers side by side on the same traffic, one
+// recording every packet and one with SampleEvery 4: at every probe the
+// sampled one must hold a quarter of the other's samples, within six
+// standard deviations of a binomial draw (a chance of about 1 in 10^9 to
+// fail by bad luck), and say it is sampled. The UDP reads check that a
+// datagram left out still leaves the read FIFO in step.
+func TestSampling(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-sample", 16)
+	cfg := Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}}
+	every := start(t, cfg)
+	cfg.SampleEvery = 4
+	sampled := start(t, cfg)
+	waitForStamps(t, every, p)
+	waitForStamps(t, sampled, p)
+
+	beforeEvery, beforeSampled := totals(t, every), totals(t, sampled)
+	const n = 800
+	p.UDPToHost(t, testenv.V4, n, 0)
+	p.TCPToHost(t, testenv.V4, n, 0)
+	p.SYNsToHost(t, testenv.V4, n)
+	var all, some hookHists
+	testenv.Eventually(t, 5*time.Second, "every packet recorded", func() error {
+		all, some = delta(beforeEvery, totals(t, every)), delta(beforeSampled, totals(t, sampled))
+		for _, h := range Hooks {
+			if c := all.of(h).Count(); c < n {
+				return fmt.Errorf("%s: %d samples, want at least %d", h, c, n)
+			}
+		}
+		return nil
+	})
+	for _, h := range Hooks {
+		total, got := float64(all.of(h).Count()), float64(some.of(h).Count())
+		mean, sd := total/4, math.Sqrt(total*3/16)
+		if math.Abs(got-mean) > 6*sd {
+			t.Errorf("%s: %v of %v packets sampled, want %.0f ± %.0f", h, got, total, mean, 6*sd)
+		}
+		t.Logf("%s: %v of %v", h, got, total)
+	}
+	series, err := sampled.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range series {
+		if s.SampleEvery != 4 {
+			t.Errorf("%s: SampleEvery %d, want 4", s.Hook, s.SampleEvery)
+		}
+	}
+
+	cfg.ReadWait = true
+	if tr, err := Start(cfg); err == nil {
+		tr.Close()
+		t.Error("sampling with read wait started")
 	}
 }

@@ -163,7 +163,7 @@ func (t *Tracer) Read() ([]hist.Series, error) {
 	ifaces := newIfaceNamer(t.scope.own)
 	add := func(key latencyHistKey, perCPU []latencyHistValue) {
 		s := hist.Series{Hook: t.hookName(Hook(key.Hook)), Ifindex: key.Ifindex, CgroupID: key.Cgroup,
-			Netns: uint64(key.Netns)}
+			Netns: uint64(key.Netns), SampleEvery: t.sampleEvery}
 		for _, v := range perCPU {
 			for i := range hist.NBuckets {
 				s.Hist.Buckets[i] += v.Slots[i]

@@ -31,6 +31,9 @@ func WriteText(w io.Writer, ts time.Time, series []hist.Series) error {
 		if s.Comm != "" {
 			fmt.Fprintf(&b, ", pid=%d, comm=%s", s.PID, termsafe.String(s.Comm))
 		}
+		if s.SampleEvery > 1 {
+			fmt.Fprintf(&b, ", sampled 1 in %d", s.SampleEvery)
+		}
 		b.WriteString(":\n")
 		writeBuckets(&b, &s.Hist)
 		b.WriteString("\n")
@@ -91,16 +94,19 @@ func siNanos(ns float64) string {
 // first to the last non-empty one; the top bucket (le_ns 2^34) also holds
 // every larger value.
 type Record struct {
-	TS      time.Time `json:"ts"`
-	Hook    string    `json:"hook"`
-	Iface   string    `json:"iface,omitempty"`
-	Netns   uint64    `json:"netns,omitempty"` // the interface's namespace inode, grouped by interface with -n -1 only
-	Cgroup  string    `json:"cgroup,omitempty"`
-	PID     *uint32   `json:"pid,omitempty"` // grouped by process only (0: no reading task)
-	Comm    string    `json:"comm,omitempty"`
-	Count   uint64    `json:"count"`
-	SumNS   uint64    `json:"sum_ns"`
-	Buckets []Bucket  `json:"buckets"`
+	TS     time.Time `json:"ts"`
+	Hook   string    `json:"hook"`
+	Iface  string    `json:"iface,omitempty"`
+	Netns  uint64    `json:"netns,omitempty"` // the interface's namespace inode, grouped by interface with -n -1 only
+	Cgroup string    `json:"cgroup,omitempty"`
+	PID    *uint32   `json:"pid,omitempty"` // grouped by process only (0: no reading task)
+	Comm   string    `json:"comm,omitempty"`
+	// SampleEvery, when present: Count is of a random 1 in SampleEvery
+	// packets (--sample).
+	SampleEvery uint32   `json:"sample_every,omitempty"`
+	Count       uint64   `json:"count"`
+	SumNS       uint64   `json:"sum_ns"`
+	Buckets     []Bucket `json:"buckets"`
 }
 
 // Bucket is one cumulative bucket: Count values were <= LeNS.
@@ -111,7 +117,7 @@ type Bucket struct {
 
 // NewRecord converts a series to its JSON form.
 func NewRecord(ts time.Time, s hist.Series) Record {
-	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Netns: s.Netns, Cgroup: s.Cgroup, Comm: s.Comm, Count: s.Hist.Count(),
+	r := Record{TS: ts, Hook: s.Hook, Iface: s.Iface, Netns: s.Netns, Cgroup: s.Cgroup, Comm: s.Comm, SampleEvery: s.SampleEvery, Count: s.Hist.Count(),
 		SumNS: s.Hist.Sum, Buckets: []Bucket{}}
 	if s.Comm != "" {
 		r.PID = &s.PID

@@ -51,8 +51,9 @@ type Tracer struct {
 	mapsMu  sync.RWMutex // Read and Counters against close
 	cgroups *cgroupNamer
 	// byProcess: series carry pid and comm (Config.GroupByProcess)
-	byProcess bool
-	slow      *slowReader // nil without Config.Slow
+	byProcess   bool
+	sampleEvery uint32      // Config.SampleEvery
+	slow        *slowReader // nil without Config.Slow
 
 	readWaitScratch readWaitScratch // ReadWaits' memory
 
@@ -167,8 +168,14 @@ func open(cfg Config) (_ *Tracer, err error) {
 	if len(cfg.At) > MaxAt {
 		return nil, fmt.Errorf("%d --at probes, at most %d", len(cfg.At), MaxAt)
 	}
+	if cfg.SampleEvery > 1 && cfg.ReadWait {
+		return nil, fmt.Errorf("sampling 1 in %d packets leaves reads out of read wait, which adds up every read", cfg.SampleEvery)
+	}
 	t := &Tracer{backend: cfg.Backend, at: cfg.At, scope: netnsScope{mode: cfg.Netns, own: own},
 		taiClock: features.Check(features.KtimeTAI).OK, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.SampleEvery > 1 {
+		t.sampleEvery = cfg.SampleEvery
+	}
 	defer func() {
 		if err != nil {
 			t.close()

@@ -75,6 +75,8 @@ var Tools = []Tool{
 		Command: "latency", args: fixed("--interval", "1s"), ready: readyFirstReport},
 	{Name: "latency-read", About: "`stacktop latency -e tcp-socket-read --interval 1s > /dev/null` (Cloudflare's configuration)",
 		Command: "latency", args: fixed("-e", "tcp-socket-read", "--interval", "1s"), ready: readyFirstReport},
+	{Name: "latency-sample", About: "`stacktop latency --sample 10 --interval 1s > /dev/null` (all probes, a random 1 in 10 packets recorded); not in the default `-tools`",
+		Command: "latency", args: fixed("--sample", "10", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "latency-slow", About: "`stacktop latency --slow 1s --interval 1s > /dev/null` (all probes, a slow-tail threshold the load does not reach)",
 		Command: "latency", args: fixed("--slow", "1s", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "latency-at", About: "`stacktop latency -e tcp-socket-read --at tracepoint:tcp:tcp_probe --interval 1s > /dev/null` (Cloudflare's probe and a user-named one on every TCP segment an established connection receives)",

@@ -85,7 +85,7 @@ static __always_inline void record_at(__u64 *ctx)
 	__u32 inum = 0;
 	struct stamp s;
 
-	if (!skb)
+	if (!skb || !sampled())
 		return;
 	if (at_sock_arg >= 0) {
 		sk = at_arg(ctx, at_sock_arg);

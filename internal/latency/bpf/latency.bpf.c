@@ -25,6 +25,8 @@ char LICENSE[] SEC("license") = "GPL";
 SEC("netfilter")
 int nf_ip_start(struct bpf_nf_ctx *ctx)
 {
+	if (!sampled())
+		return NF_ACCEPT;
 	record_skb(HOOK_IP_START, ctx->skb, NULL);
 	return NF_ACCEPT;
 }
@@ -37,6 +39,8 @@ int nf_l4_start(struct bpf_nf_ctx *ctx)
 	struct sk_buff *skb = ctx->skb;
 	__u32 hook;
 
+	if (!sampled())
+		return NF_ACCEPT;
 	switch (l4_protocol(skb, state->pf)) {
 	case IPPROTO_TCP:
 		hook = HOOK_TCP_START;
@@ -59,8 +63,12 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 	struct sk_buff *tail = sk->sk_receive_queue.prev;
 	__u16 proto = sk->sk_protocol;
 	__u16 type = sk->sk_type;
-	bool selected;
+	bool selected, take = sampled();
 
+	/* A wakeup left out is still needed for UDP reads: the read FIFO
+	 * must see every datagram, sampled or not. */
+	if (!take && !hook_enabled(HOOK_UDP_SOCK_READ))
+		return 0;
 	if ((void *)tail == queue || !tail)
 		return 0;
 	/* Another namespace's socket (the default -n 0 selects ours) leaves
@@ -69,11 +77,11 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 	selected = netns_allowed(sk_netns(sk));
 	if (!selected && !read_wait)
 		return 0;
-	if (proto == IPPROTO_TCP && type == SOCK_STREAM && selected && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
+	if (proto == IPPROTO_TCP && type == SOCK_STREAM && take && selected && hook_enabled(HOOK_TCP_SOCK_ENQUEUED))
 		tcp_enqueued(sk, tail);
 	else if (proto == IPPROTO_UDP && type == SOCK_DGRAM &&
-		 ((selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED)) || hook_enabled(HOOK_UDP_SOCK_READ)))
-		udp_enqueued(sk, tail, queue, selected);
+		 ((take && selected && hook_enabled(HOOK_UDP_SOCK_ENQUEUED)) || hook_enabled(HOOK_UDP_SOCK_READ)))
+		udp_enqueued(sk, tail, queue, take && selected);
 	return 0;
 }
 
@@ -82,36 +90,51 @@ int BPF_PROG(tp_sk_data_ready, struct sock *sk)
 SEC("tp_btf/skb_copy_datagram_iovec")
 int BPF_PROG(tp_skb_copy_datagram_iovec, struct sk_buff *skb, int len)
 {
-	struct sock *sk = skb->sk;
 	struct pending_read *p;
+	__u64 task;
 	__u32 zero = 0;
 
-	/* Attached only for tcp-socket-read: no hook_backends check. A read
-	 * of another namespace's socket leaves nothing pending, so its
-	 * sock_recv_length returns at once — unless read wait, which takes
-	 * every socket's reads (record_tcp_read filters the histograms). */
-	if (!sk || sk->sk_protocol != IPPROTO_TCP || (!read_wait && !netns_allowed(sk_netns(sk))))
-		return 0;
+	/* Attached only for tcp-socket-read: no hook_backends check. Any
+	 * socket's copy is taken, and sock_recv_length, which has the socket,
+	 * keeps only TCP reads of the namespaces in scope. Not skb->sk here:
+	 * the skb's first line (next, prev, dev, sk) is one the reading CPU
+	 * has not touched yet (a TCP segment received over loopback or veth
+	 * was written by the sender's CPU), and loading it cost ~57 ns per
+	 * copy under load, the rest of this program ~5 ns; the stamp and the
+	 * control block lie on the next line, which tcp_recvmsg has read. */
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
 	if (!p)
 		return 0;
+	task = bpf_get_current_task();
+	if (p->task != task) {
+		/* A read's first copy: whether it is recorded is decided
+		 * here, before its stamp is read. */
+		p->task = task;
+		p->copied = 0;
+		p->skip = !sampled();
+	}
+	if (p->skip)
+		return 0;
+	p->copied += len;
 	/* The queue is in arrival order: the last skb copied is the newest,
 	 * the one tcp_recv_timestamp reports. */
-	p->task = bpf_get_current_task();
-	p->sk = (__u64)sk;
 	read_stamp(skb, &p->s);
 	return 0;
 }
+
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 {
 	__u16 proto = sk->sk_protocol;
+	bool errqueue = flags & MSG_ERRQUEUE;
 
-	if (flags & MSG_ERRQUEUE)
+	/* tcp_read ends the pending read whatever was read: the copies of
+	 * an error-queue read, or another protocol's, were taken too. */
+	if (hook_enabled(HOOK_TCP_SOCK_READ))
+		tcp_read(sk, ret, proto == IPPROTO_TCP && !errqueue);
+	if (errqueue)
 		return 0;
-	if (proto == IPPROTO_TCP && hook_enabled(HOOK_TCP_SOCK_READ))
-		tcp_read(sk, ret);
-	else if (proto == IPPROTO_UDP && hook_enabled(HOOK_UDP_SOCK_READ) && !(flags & MSG_PEEK))
+	if (proto == IPPROTO_UDP && hook_enabled(HOOK_UDP_SOCK_READ) && !(flags & MSG_PEEK))
 		udp_read(sk, ret);
 	return 0;
 }
@@ -123,7 +146,8 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 	SEC("fentry/" #func)                                                    \
 	int BPF_PROG(fentry_##func, struct sk_buff *skb)                        \
 	{                                                                       \
-		if (hook_on(hook, BACKEND_FENTRY) && netns_allowed(skb_netns(skb))) \
+		if (hook_on(hook, BACKEND_FENTRY) && sampled() &&                \
+		    netns_allowed(skb_netns(skb)))                              \
 			record_skb(hook, skb, NULL);                            \
 		return 0;                                                       \
 	}
@@ -138,7 +162,7 @@ FENTRY_SKB(udpv6_rcv, HOOK_UDP_START)
 SEC("fexit/tcp_queue_rcv")
 int BPF_PROG(fexit_tcp_queue_rcv, struct sock *sk, struct sk_buff *skb)
 {
-	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && netns_allowed(sk_netns(sk)))
+	if (hook_on(HOOK_TCP_SOCK_ENQUEUED, BACKEND_FENTRY) && sampled() && netns_allowed(sk_netns(sk)))
 		record_skb(HOOK_TCP_SOCK_ENQUEUED, skb, sk);
 	return 0;
 }
@@ -147,7 +171,7 @@ SEC("fexit/__udp_enqueue_schedule_skb")
 int BPF_PROG(fexit_udp_enqueue_schedule_skb, struct sock *sk, struct sk_buff *skb, int ret)
 {
 	/* non-zero: dropped (receive buffer full, memory pressure) */
-	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) &&
+	if (ret == 0 && hook_on(HOOK_UDP_SOCK_ENQUEUED, BACKEND_FENTRY) && sampled() &&
 	    netns_allowed(sk_netns(sk)))
 		record_skb(HOOK_UDP_SOCK_ENQUEUED, skb, sk);
 	return 0;
@@ -160,7 +184,7 @@ int BPF_PROG(fentry_tcp_recv_timestamp, void *msg, struct sock *sk, struct scm_t
 {
 	struct stamp s = {};
 
-	if (!hook_on(HOOK_TCP_SOCK_READ, BACKEND_FENTRY))
+	if (!hook_on(HOOK_TCP_SOCK_READ, BACKEND_FENTRY) || !sampled())
 		return 0;
 	if (bpf_core_field_size(tss->ts) == 3 * sizeof(ktime_t)) {
 		struct scm_timestamping_internal___ktime *ns = (void *)tss;
@@ -184,7 +208,7 @@ int BPF_PROG(fentry_skb_consume_udp, struct sock *sk, struct sk_buff *skb, int l
 	struct stamp s;
 
 	/* MSG_PEEK passes the length negated: the datagram stays queued */
-	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY))
+	if (len < 0 || !hook_on(HOOK_UDP_SOCK_READ, BACKEND_FENTRY) || !sampled())
 		return 0;
 	read_stamp(skb, &s);
 	read_done(HOOK_UDP_SOCK_READ, sk, &s);

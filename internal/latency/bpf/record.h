@@ -76,6 +76,9 @@ volatile const bool read_ifindex = false;
 volatile const bool group_by_cgroup = false;
 volatile const bool group_by_process = false;
 volatile const bool include_hol_blocked = false;
+/* --sample N: 0 records every packet; else a packet is recorded when a
+ * random 32-bit number is below this, 2^32 / N (see sampled). */
+volatile const __u32 sample_threshold = 0;
 /* bpf_ktime_get_tai_ns exists (6.1+); else "now" is monotonic + offset. */
 volatile const bool tai_clock = true;
 /* Tracing programs may use sk_storage (5.11+); else a hash keyed by socket. */
@@ -192,6 +195,19 @@ static __always_inline bool hook_on(__u32 hook, __u32 backend)
 static __always_inline bool hook_enabled(__u32 hook)
 {
 	return hook_on(hook, BACKEND_TRACEPOINT);
+}
+
+/*
+ * sampled decides, with --sample N, whether to record a packet (a read, at
+ * the socket-read probes): with probability 1/N, before anything about it
+ * is read, so a packet left out costs a random number. Random, not every
+ * Nth: traffic is often periodic (a request, its ACK, the next request),
+ * and a counter would pick the same kind of packet every time. Without
+ * --sample the verifier removes the call.
+ */
+static __always_inline bool sampled(void)
+{
+	return !sample_threshold || bpf_get_prandom_u32() < sample_threshold;
 }
 
 static __always_inline void count(__u32 hook, __u32 reason)

@@ -14,13 +14,17 @@
  * tcp-socket-read: the newest stamp a recvmsg copied, kept per CPU until the
  * same task's sock_recv_length on that CPU takes it. Per CPU rather than in
  * task storage, which cost ~55 ns more per copied skb here: the read is lost only
- * when its task is preempted in between by another TCP reader on that CPU,
- * or migrates (see docs/LATENCY.md).
+ * when its task is preempted in between by another reader on that CPU, or
+ * migrates (see docs/LATENCY.md). copied adds up the bytes of the task's
+ * copies since its last read returned: a read that returned as many bytes
+ * is the one they belong to (a copy outside any recvmsg, such as a tun
+ * device's read, is not mistaken for the next read's).
  */
 struct pending_read {
-	__u64 task;  /* address, only compared */
-	__u64 sk;
+	__u64 task; /* address, only compared */
+	__u64 copied;
 	struct stamp s;
+	bool skip; /* --sample left this read out */
 };
 
 struct {
@@ -378,19 +382,22 @@ static __always_inline void record_tcp_read(struct sock *sk, const struct stamp 
 		read_wait_unselected(HOOK_TCP_SOCK_READ, sk, s);
 }
 
-static __always_inline void tcp_read(struct sock *sk, int ret)
+/* tcp_read ends the task's pending read, and records it when it was a
+ * TCP read whose copies returned all its bytes. */
+static __always_inline void tcp_read(struct sock *sk, int ret, bool tcp)
 {
 	struct pending_read *p;
 	struct stamp s;
 	__u32 zero = 0;
 
 	p = bpf_map_lookup_elem(&tcp_reads, &zero);
-	if (!p || p->sk != (__u64)sk || p->task != bpf_get_current_task())
+	if (!p || p->task != bpf_get_current_task())
+		return;
+	p->task = 0;
+	if (p->skip || !tcp || ret <= 0 || p->copied != (__u64)ret)
 		return;
 	s = p->s;
-	p->sk = 0;
-	if (ret > 0)
-		record_tcp_read(sk, &s);
+	record_tcp_read(sk, &s);
 }
 
 /* ---- udp-socket-read: pop the FIFO up to the datagram now at the head ---- */
@@ -442,7 +449,8 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	}
 	s = f->ring[(first + consumed - 1) % FIFO_LEN];
 	f->head = first + consumed;
-	if (ret >= 0)
+	/* Sampled after the FIFO is popped, which every read must do. */
+	if (ret >= 0 && sampled())
 		read_done(HOOK_UDP_SOCK_READ, sk, &s);
 }
 
