@@ -1,0 +1,105 @@
+#!/bin/bash
+# bench/ab.sh: a quick side-by-side of arbitrary commands against no command,
+# for questions the harness's named tools do not ask (a build with one part
+# of a program taken out, an empty program at a hook). As root:
+#
+#   bench/ab.sh [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] 'COMMAND' ...
+#
+# nginx (one worker, pinned to CPU 0, keep-alive, a 3-byte answer) listens on
+# 127.0.0.1:18160; wrk (one thread, CPU 1) loads it for -d seconds per round,
+# in the order none, COMMAND1, none, COMMAND2, ..., none, ROUNDS times. Each
+# command starts 3 s before its round and gets SIGINT after it. A round's
+# ratio is its requests/s over the mean of the two baseline rounds around it;
+# per command the mean, standard deviation, count, minimum and maximum of
+# those ratios are printed. No confidence verdicts: that is bench/run.sh.
+set -eu
+rounds=6 duration=5 conns=100
+usage() {
+	echo "usage: $0 [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] 'COMMAND' ..." >&2
+	exit 2
+}
+while getopts r:d:c:h opt; do
+	case $opt in
+	r) rounds=$OPTARG ;;
+	d) duration=$OPTARG ;;
+	c) conns=$OPTARG ;;
+	*) usage ;;
+	esac
+done
+shift $((OPTIND - 1))
+[ $# -gt 0 ] || usage
+for v in "$rounds" "$duration" "$conns"; do
+	case $v in '' | *[!0-9]* | 0*) echo "$0: -r, -d and -c take whole numbers above 0, not \"$v\"" >&2; exit 2 ;; esac
+done
+[ "$(id -u)" = 0 ] || { echo "$0: needs root (the commands load BPF programs)" >&2; exit 77; }
+for tool in nginx wrk taskset python3; do
+	command -v $tool >/dev/null || { echo "$0: $tool is not installed (scripts/deps.sh, bench/run.sh install it)" >&2; exit 1; }
+done
+
+dir=$(mktemp -d /tmp/stacktop-ab.XXXXXX)
+mkdir -p "$dir/tmp"
+cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_cpu_affinity 1;
+worker_rlimit_nofile 4096;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4000; }
+http {
+	access_log off;
+	keepalive_timeout 300s;
+	keepalive_requests 100000000;
+	client_body_temp_path $dir/tmp;
+	proxy_temp_path $dir/tmp;
+	fastcgi_temp_path $dir/tmp;
+	uwsgi_temp_path $dir/tmp;
+	scgi_temp_path $dir/tmp;
+	server {
+		listen 127.0.0.1:18160 backlog=4096;
+		location / { default_type text/plain; return 200 "ok\n"; }
+	}
+}
+EOF
+nginx -c "$dir/nginx.conf" -p "$dir" &
+nginx_pid=$!
+trap 'kill $nginx_pid 2>/dev/null; wait $nginx_pid 2>/dev/null; rm -rf "$dir"' EXIT
+sleep 0.5
+
+rps() {
+	taskset -c 1 wrk -t1 -c"$conns" -d"$1"s http://127.0.0.1:18160/ | awk '/^Requests\/sec/ { print $2 }'
+}
+rps 1 >/dev/null # warm-up
+: >"$dir/rounds"
+for _ in $(seq "$rounds"); do
+	for i in $(seq $#); do
+		echo "none $(rps "$duration")" >>"$dir/rounds"
+		bash -c "${!i}" >/dev/null 2>"$dir/cmd$i.err" &
+		cmd_pid=$!
+		sleep 3
+		if ! kill -0 $cmd_pid 2>/dev/null; then
+			echo "$0: command $i exited before its round: ${!i}" >&2
+			cat "$dir/cmd$i.err" >&2
+			exit 1
+		fi
+		echo "cmd$i $(rps "$duration")" >>"$dir/rounds"
+		kill -INT $cmd_pid
+		wait $cmd_pid || true
+	done
+done
+echo "none $(rps "$duration")" >>"$dir/rounds"
+
+python3 - "$dir/rounds" "$@" <<'EOF'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+ratios = {}
+for i, (name, value) in enumerate(rows):
+    if name != "none":
+        base = (float(rows[i - 1][1]) + float(rows[i + 1][1])) / 2
+        ratios.setdefault(name, []).append(float(value) / base)
+for i, command in enumerate(sys.argv[2:], 1):
+    r = ratios[f"cmd{i}"]
+    sd = statistics.stdev(r) if len(r) > 1 else 0.0
+    print(f"mean {statistics.mean(r):.4f}  sd {sd:.4f}  n {len(r)}  min {min(r):.4f}  max {max(r):.4f}  {command}")
+EOF
