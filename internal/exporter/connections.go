@@ -58,7 +58,7 @@ type Connections struct {
 	open   map[openKey]int        // live connections per state, from the latest snapshot
 	live   []conn.Record          // live connections of the latest snapshot, kept for per-connection series
 	// readWaitSeen are the sockets whose read wait this snapshot added.
-	readWaitSeen map[uint64]struct{}
+	readWaitSeen map[*hist.Wait]struct{}
 	lost         uint64
 	mapFull      uint64
 	err          error // the latest snapshot's error, reported at the next scrape
@@ -76,7 +76,7 @@ func NewConnections(perConnectionLimit int) *Connections {
 		folded: map[groupKey]time.Time{},
 		open:   map[openKey]int{},
 
-		readWaitSeen: map[uint64]struct{}{},
+		readWaitSeen: map[*hist.Wait]struct{}{},
 	}
 }
 

@@ -31,15 +31,20 @@ var readWaitBuckets = log2Layout{firstExp: hist.WaitFirstSlot, unitExp: -30}
 func (c *Connections) ExportReadWait() { c.readWait = true }
 
 // addReadWait adds r's read wait to g, once per socket per snapshot: the
-// UDP flows of one socket share their socket's histogram.
+// UDP flows of one socket share their socket's histogram, and so may two
+// records of one TCP socket. Told apart by the histogram itself, which the
+// join hands out once per socket and refresh (found by cookie, or before
+// 5.12 by address), not by r.Cookie: keyed by the cookie, a 5.10 guest
+// once exported a reader's 5 reads as 6 (TestServeReadWait, session 9;
+// which two records met was not found).
 func (c *Connections) addReadWait(g *group, r *conn.Record) {
 	if r.ReadWait == nil {
 		return
 	}
-	if _, dup := c.readWaitSeen[r.Cookie]; dup {
+	if _, dup := c.readWaitSeen[r.ReadWait]; dup {
 		return
 	}
-	c.readWaitSeen[r.Cookie] = struct{}{}
+	c.readWaitSeen[r.ReadWait] = struct{}{}
 	g.readWait.Add(r.ReadWait)
 }
 
