@@ -3,33 +3,35 @@
 # for questions the harness's named tools do not ask (a build with one part
 # of a program taken out, an empty program at a hook). As root:
 #
-#   bench/ab.sh [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] 'COMMAND' ...
+#   bench/ab.sh [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] 'COMMAND' ...
 #
 # nginx (one worker, pinned to CPU 0, keep-alive, a 3-byte answer) listens on
 # 127.0.0.1:18160; wrk (one thread, CPU 1) loads it for -d seconds per round,
 # in the order none, COMMAND1, none, COMMAND2, ..., none, ROUNDS times. Each
-# command starts 3 s before its round and gets SIGINT after it. A round's
+# command starts -s seconds (3) before its round and gets SIGINT after it
+# (SIGTERM 5 s later if it is still running). A round's
 # ratio is its requests/s over the mean of the two baseline rounds around it;
 # per command the mean, standard deviation, count, minimum and maximum of
 # those ratios are printed. No confidence verdicts: that is bench/run.sh.
 set -eu
-rounds=6 duration=5 conns=100
+rounds=6 duration=5 conns=100 settle=3
 usage() {
-	echo "usage: $0 [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] 'COMMAND' ..." >&2
+	echo "usage: $0 [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] 'COMMAND' ..." >&2
 	exit 2
 }
-while getopts r:d:c:h opt; do
+while getopts r:d:c:s:h opt; do
 	case $opt in
 	r) rounds=$OPTARG ;;
 	d) duration=$OPTARG ;;
 	c) conns=$OPTARG ;;
+	s) settle=$OPTARG ;;
 	*) usage ;;
 	esac
 done
 shift $((OPTIND - 1))
 [ $# -gt 0 ] || usage
-for v in "$rounds" "$duration" "$conns"; do
-	case $v in '' | *[!0-9]* | 0*) echo "$0: -r, -d and -c take whole numbers above 0, not \"$v\"" >&2; exit 2 ;; esac
+for v in "$rounds" "$duration" "$conns" "$settle"; do
+	case $v in '' | *[!0-9]* | 0*) echo "$0: -r, -d, -c and -s take whole numbers above 0, not \"$v\"" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "$0: needs root (the commands load BPF programs)" >&2; exit 77; }
 for tool in nginx wrk taskset python3; do
@@ -77,14 +79,18 @@ for _ in $(seq "$rounds"); do
 		echo "none $(rps "$duration")" >>"$dir/rounds"
 		bash -c "${!i}" >/dev/null 2>"$dir/cmd$i.err" &
 		cmd_pid=$!
-		sleep 3
+		sleep "$settle"
 		if ! kill -0 $cmd_pid 2>/dev/null; then
 			echo "$0: command $i exited before its round: ${!i}" >&2
 			cat "$dir/cmd$i.err" >&2
 			exit 1
 		fi
 		echo "cmd$i $(rps "$duration")" >>"$dir/rounds"
+		# A command a script starts in the background ignores SIGINT
+		# (POSIX): SIGTERM if it is still there after 5 s.
 		kill -INT $cmd_pid
+		for _ in $(seq 50); do kill -0 $cmd_pid 2>/dev/null || break; sleep 0.1; done
+		kill -TERM $cmd_pid 2>/dev/null || true
 		wait $cmd_pid || true
 	done
 done
