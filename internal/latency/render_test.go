@@ -82,3 +82,28 @@ func TestTextEscapesNames(t *testing.T) {
 		t.Errorf("names not escaped:\n%q", out)
 	}
 }
+
+// A sampled series says so in both formats; an unsampled one says nothing.
+func TestSampledSeriesSaySo(t *testing.T) {
+	var h hist.Histogram
+	h.Buckets[3] = 2
+	for _, tc := range []struct {
+		every      uint32
+		text, json string
+	}{
+		{10, "tcp-socket-read, sampled 1 in 10:\n", `"hook":"tcp-socket-read","sample_every":10,"count":2`},
+		{0, "tcp-socket-read:\n", `"hook":"tcp-socket-read","count":2`},
+	} {
+		s := []hist.Series{{Hook: "tcp-socket-read", SampleEvery: tc.every, Hist: h}}
+		var text, json bytes.Buffer
+		if err := WriteText(&text, time.Unix(0, 0), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteJSON(&json, time.Unix(0, 0), s); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(text.String(), tc.text) || !strings.Contains(json.String(), tc.json) {
+			t.Errorf("SampleEvery %d: text %q lacks %q, or JSON %q lacks %q", tc.every, text.String(), tc.text, json.String(), tc.json)
+		}
+	}
+}
