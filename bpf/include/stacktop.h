@@ -257,4 +257,19 @@ struct task_struct {
 
 #pragma clang attribute pop
 
+/*
+ * sock_identity tells a socket from another that reuses its memory: before
+ * 5.12 tracing programs have no socket cookie and key TCP sockets by their
+ * address, so a key alone may name a freed socket's entry. It is the hash
+ * of the socket's connection (for TCP, the 4-tuple hashed with a secret,
+ * set when connect() or the handshake hashes it; for UDP, its port and
+ * address hashes) and its remote port: unlike the local port, both are
+ * still there after TCP_CLOSE, where reads may still come. Two sockets
+ * share it only by chance.
+ */
+static __always_inline u32 sock_identity(const struct sock_common *c)
+{
+	return c->skc_hash ^ (u32)c->skc_dport << 16;
+}
+
 #endif /* STACKTOP_H */

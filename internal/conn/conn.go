@@ -60,8 +60,10 @@ type Record struct {
 	// (before 5.12, possibly its address). UDP flows of one socket share it.
 	Cookie uint64 `json:"-"`
 	// Sk is a TCP socket's kernel address (0 when unknown): before 5.12 the
-	// read-wait histograms are keyed by it.
-	Sk uint64 `json:"-"`
+	// read-wait histograms are keyed by it, and SkID tells this socket's
+	// from those of other sockets that had or will have that address.
+	Sk   uint64 `json:"-"`
+	SkID uint32 `json:"-"`
 	// ReadWait is the histogram behind the read_wait fields, nil without
 	// samples; records of one socket share it. Valid until the snapshot
 	// after the next one is taken.

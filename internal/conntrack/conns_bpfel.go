@@ -24,6 +24,7 @@ type connsConn struct {
 	Owner      connsOwner
 	SrttUs     uint32
 	Retrans    uint32
+	SkId       uint32
 	Saddr      [16]uint8
 	Daddr      [16]uint8
 	Sport      uint16
@@ -31,6 +32,7 @@ type connsConn struct {
 	Family     uint16
 	State      uint8
 	Flags      connsConnFlags
+	_          [4]byte
 }
 
 type connsConnFlags uint8

@@ -64,6 +64,7 @@ func (t *Tracker) tcpRecord(c *connsConn) conn.Record {
 		Partial:    c.Flags&connsConnFlagsCONN_PARTIAL != 0,
 		Cookie:     c.Cookie,
 		Sk:         c.Sk,
+		SkID:       c.SkId,
 	}
 	r.Family = familyOf(r.LocalAddr)
 	t.setOwner(&r, &c.Owner, 0)

@@ -77,8 +77,13 @@ type latencyReadWait struct {
 	SumNs   uint64
 	MaxCur  uint64
 	MaxPrev uint64
-	Owner   uint32
-	Gen     uint32
+}
+
+type latencyReadWaitKey struct {
+	_      structs.HostLayout
+	Socket uint64
+	SkId   uint32
+	Pad    uint32
 }
 
 type latencyReason uint32

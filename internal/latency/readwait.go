@@ -35,32 +35,34 @@ func readWaitSockets(cfg Config) uint32 {
 	return cmp.Or(cfg.MaxSockets, DefaultMaxSockets)
 }
 
-// SocketWaits are the per-socket read-wait histograms (Config.ReadWait), by
-// socket cookie, the key conntrack gives the same socket. On kernels before
-// 5.12 (no cookie helper for tracing programs) TCP sockets are keyed by
-// their kernel address, which conntrack's entries keep too, and UDP sockets
-// by the cookie conntrack made at socket(), else by address.
-type SocketWaits map[uint64]SocketWait
+// SocketWaits are the per-socket read-wait histograms (Config.ReadWait).
+type SocketWaits map[SocketKey]SocketWait
+
+// SocketKey names a socket's histogram: by its cookie, the key conntrack
+// gives the same socket (SkID 0). On kernels before 5.12 (no cookie helper
+// for tracing programs) TCP sockets are named by their kernel address and
+// identity, which conntrack's entries keep too (conn.Record Sk and SkID),
+// and UDP sockets by the cookie conntrack made at socket(), else by address
+// and identity. The identity gives a socket that reuses a freed one's
+// memory a histogram of its own.
+type SocketKey struct {
+	Socket uint64 // cookie or address
+	SkID   uint32
+}
 
 // SocketWait is one socket's histogram as the kernel keeps it: the counts
 // are cumulative since the socket's first read and wrap at 2^32 (subtract
 // with uint32 arithmetic); MaxNs is the largest sample since the previous
-// ReadWaits call. Gen changes when an entry keyed by address started afresh
-// for another socket at that address.
+// ReadWaits call.
 type SocketWait struct {
 	Buckets [hist.WaitBuckets]uint32
 	SumNs   uint64
 	MaxNs   uint64
-	Gen     uint32
 }
 
 // Since returns what w added to prev (the same socket's histogram at the
-// previous refresh; the zero value for a socket not seen then, and a prev
-// of another generation counts as zero).
+// previous refresh; the zero value for a socket not seen then).
 func (w *SocketWait) Since(prev *SocketWait) hist.Wait {
-	if prev.Gen != w.Gen {
-		prev = &SocketWait{}
-	}
 	var d hist.Wait
 	for j := range w.Buckets {
 		d.Buckets[j] = uint64(w.Buckets[j] - prev.Buckets[j])
@@ -72,7 +74,7 @@ func (w *SocketWait) Since(prev *SocketWait) hist.Wait {
 // readWaitScratch is the memory ReadWaits reads the map into, kept from one
 // refresh to the next.
 type readWaitScratch struct {
-	keys   []uint64
+	keys   []latencyReadWaitKey
 	values []latencyReadWait
 }
 
@@ -102,22 +104,26 @@ func (t *Tracer) ReadWaits(into SocketWaits) error {
 	}
 	for i, key := range s.keys {
 		v := &s.values[i]
-		w := SocketWait{Buckets: v.Slots, SumNs: v.SumNs, Gen: v.Gen}
+		w := SocketWait{Buckets: v.Slots, SumNs: v.SumNs}
 		switch v.Epoch {
 		case epoch: // no sample since the bump
 			w.MaxNs = v.MaxCur
 		case epoch + 1: // samples since the bump, counted now too
 			w.MaxNs = max(v.MaxPrev, v.MaxCur)
 		}
-		into[key] = w
+		into[SocketKey{Socket: key.Socket, SkID: key.SkId}] = w
 	}
 	return nil
 }
 
 // ForgetSockets deletes the histograms of sockets that are gone.
-func (t *Tracer) ForgetSockets(keys []uint64) error {
-	if len(keys) == 0 {
+func (t *Tracer) ForgetSockets(gone []SocketKey) error {
+	if len(gone) == 0 {
 		return nil
+	}
+	keys := make([]latencyReadWaitKey, len(gone))
+	for i, k := range gone {
+		keys[i] = latencyReadWaitKey{Socket: k.Socket, SkId: k.SkID}
 	}
 	t.mapsMu.RLock()
 	defer t.mapsMu.RUnlock()

@@ -17,10 +17,10 @@ import (
 // socketReads are the two socket-read hooks, which read wait needs.
 var socketReads = HookSet(0).With(TCPSocketRead).With(UDPSocketRead)
 
-// cookie is the kernel's socket cookie of c (SO_COOKIE): the key of its
-// read-wait histogram on kernels with the cookie helper, and after the
-// getsockopt on every kernel.
-func cookie(t *testing.T, c syscall.Conn) uint64 {
+// cookie is the kernel's socket cookie of c (SO_COOKIE) as the key of its
+// read-wait histogram: its key on kernels with the cookie helper, and after
+// the getsockopt on every kernel.
+func cookie(t *testing.T, c syscall.Conn) SocketKey {
 	t.Helper()
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -34,7 +34,7 @@ func cookie(t *testing.T, c syscall.Conn) uint64 {
 	if serr != nil {
 		t.Fatalf("SO_COOKIE: %v", serr)
 	}
-	return v
+	return SocketKey{Socket: v}
 }
 
 func readWaits(t *testing.T, tr *Tracer) SocketWaits {
@@ -79,7 +79,7 @@ func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
 	defer udp.Close()
 	// Without the cookie helper a UDP socket is keyed by the cookie
 	// conntrack makes at socket(): make it here.
-	keys := map[string]uint64{"udp": cookie(t, udp)}
+	keys := map[string]SocketKey{"udp": cookie(t, udp)}
 	before := readWaits(t, tr) // a refresh ends: what follows is the next one's
 
 	// Different counts, so that without cookies the TCP sockets' histograms
@@ -96,7 +96,7 @@ func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
 		return sumWait(d, 0, slowBucket-1) == 0 && d.MaxNs >= uint64(delay) && d.SumNs >= d.Count()*uint64(delay)
 	}
 	isFast := func(d *hist.Wait) bool { return d.Max() < uint64(delay) }
-	growth := func(key uint64) hist.Wait {
+	growth := func(key SocketKey) hist.Wait {
 		w, prev := got[key], before[key]
 		return w.Since(&prev)
 	}
@@ -124,7 +124,7 @@ func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
 	for name, want := range map[string]uint64{"slow": nSlow, "fast": nFast, "udp": nUDP} {
 		key, ok := keys[name]
 		if _, in := got[key]; !ok || !in {
-			t.Fatalf("%s socket: no histogram (key %d); have %v", name, key, got)
+			t.Fatalf("%s socket: no histogram (key %+v); have %v", name, key, got)
 		}
 		d := growth(key)
 		if d.Count() != want {
@@ -141,7 +141,7 @@ func readWaitPerSocket(t *testing.T, p *testenv.Peer, cfg Config) {
 			t.Errorf("%s at a refresh without reads: %+v, want the counts of %+v and max 0", name, w, got[key])
 		}
 	}
-	if err := tr.ForgetSockets([]uint64{keys["slow"], keys["slow"] ^ 1<<62, keys["fast"]}); err != nil {
+	if err := tr.ForgetSockets([]SocketKey{keys["slow"], {Socket: keys["slow"].Socket ^ 1<<62}, keys["fast"]}); err != nil {
 		t.Fatalf("forgetting, one key unknown: %v", err)
 	}
 	left := readWaits(t, tr)
@@ -194,7 +194,7 @@ func TestReadWaitOtherNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer udp.Close()
-	keys := map[string]uint64{"udp": cookie(t, udp)}
+	keys := map[string]SocketKey{"udp": cookie(t, udp)}
 	tcp := features.SocketCookieTracing()
 	var ours, peers *net.TCPConn
 	if tcp {
@@ -219,7 +219,7 @@ func TestReadWaitOtherNamespace(t *testing.T) {
 	for name, key := range keys {
 		w, ok := got[key]
 		if !ok {
-			t.Errorf("%s socket of the peer namespace: no histogram (key %d)", name, key)
+			t.Errorf("%s socket of the peer namespace: no histogram (key %+v)", name, key)
 			continue
 		}
 		prev := before[key]
@@ -241,12 +241,11 @@ func TestReadWaitOtherNamespace(t *testing.T) {
 }
 
 // TestReadWaitAddressReuse: keyed by address (before 5.12, a UDP socket
-// without a cookie here), a socket that reuses a freed one's memory does not
-// inherit its reads: 20 sockets one after the other, each reading one
+// without a cookie here), a socket that reuses a freed one's memory has a
+// histogram of its own: 20 sockets one after the other, each reading one
 // datagram 50 ms late, no refresh in between, leave no histogram with two
-// such reads — one reused by a later socket started afresh, one generation
-// later (and lost the freed socket's read, which no refresh took). Other
-// processes' reads are in the table too: ours are the ones of 50 ms.
+// such reads, and each of those reads in a histogram. Other processes'
+// reads are in the table too: ours are the ones of 50 ms.
 func TestReadWaitAddressReuse(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-rwreuse", 26)
 	tr := start(t, Config{Hooks: HookSet(0).With(UDPSocketRead), ReadWait: true, noCookieHelper: true})
@@ -262,25 +261,28 @@ func TestReadWaitAddressReuse(t *testing.T) {
 		testenv.ReadDatagrams(t, p.DialUDP(t, c.LocalAddr().(*net.UDPAddr)), c, 1, delay)
 		c.Close()
 	}
-	var ours, reused int
+	var ours uint64
+	addresses := map[uint64]int{} // histograms of our reads per address
 	for key, w := range readWaits(t, tr) {
 		prev := before[key]
 		n := w.Since(&prev).Buckets[bucket]
 		if n > 1 {
-			t.Errorf("histogram %x holds %d reads of %v, of sockets that read one each (generation %d)", key, n, delay, w.Gen)
+			t.Errorf("histogram %+v holds %d reads of %v, of sockets that read one each", key, n, delay)
 		}
 		if n > 0 {
-			ours++
-			if w.Gen != prev.Gen {
-				reused++
-			}
+			ours += n
+			addresses[key.Socket]++
 		}
 	}
-	if ours == 0 {
-		t.Errorf("none of our %d reads of %v in the histograms", sockets, delay)
+	// Other processes may read 50 ms late too, but not fewer reads.
+	if ours < sockets {
+		t.Errorf("%d of our %d reads of %v in the histograms", ours, sockets, delay)
 	}
-	t.Logf("%d histograms hold one of our reads each, %d of them restarted for a socket at a freed one's address",
-		ours, reused)
+	reused := 0
+	for _, n := range addresses {
+		reused += n - 1
+	}
+	t.Logf("%d reads of %v at %d addresses: %d histograms of a socket at a freed one's address", ours, delay, len(addresses), reused)
 }
 
 // TestReadWaitTableFull: with room for one socket, the reads of every other

@@ -17,7 +17,7 @@ import (
 // Source is the latency tracer started with Config.ReadWait.
 type Source interface {
 	ReadWaits(into latency.SocketWaits) error
-	ForgetSockets(keys []uint64) error
+	ForgetSockets(keys []latency.SocketKey) error
 	ReadWaitFull() (uint64, error)
 }
 
@@ -30,23 +30,23 @@ type Join struct {
 	prev latency.SocketWaits
 	// done is this refresh's growth per socket: the UDP flows of one
 	// socket share it, and it is computed (prev advanced) once.
-	done map[uint64]*hist.Wait
+	done map[latency.SocketKey]*hist.Wait
 	// idle are the sockets no record claimed at the last refresh: one
 	// refresh more and their histograms are forgotten. A socket first read
 	// after the connection tables were read has its record only at the
 	// next refresh, and must not lose its reads meanwhile.
-	idle map[uint64]struct{}
+	idle map[latency.SocketKey]struct{}
 	// Two arenas, alternating: a snapshot's records point into one while
 	// the next snapshot fills the other.
 	arenas [2][]hist.Wait
 	turn   int
-	gone   []uint64
+	gone   []latency.SocketKey
 }
 
 // New returns a join over src.
 func New(src Source) *Join {
 	return &Join{src: src, cur: latency.SocketWaits{}, prev: latency.SocketWaits{},
-		done: map[uint64]*hist.Wait{}, idle: map[uint64]struct{}{}}
+		done: map[latency.SocketKey]*hist.Wait{}, idle: map[latency.SocketKey]struct{}{}}
 }
 
 // Begin reads the histograms and ends the kernel's refresh. Call it after
@@ -64,12 +64,12 @@ func (j *Join) Begin() error {
 }
 
 // Fill sets r's read-wait fields from its socket's histogram (by
-// r.Cookie, or before 5.12 r.Sk), all 0 when the socket had no read since
-// the last refresh.
+// r.Cookie, or before 5.12 r.Sk and r.SkID), all 0 when the socket had no
+// read since the last refresh.
 func (j *Join) Fill(r *conn.Record) {
-	key := r.Cookie
+	key := latency.SocketKey{Socket: r.Cookie}
 	if _, ok := j.cur[key]; !ok && r.Sk != 0 {
-		key = r.Sk
+		key = latency.SocketKey{Socket: r.Sk, SkID: r.SkID}
 	}
 	w, ok := j.done[key]
 	if !ok {
@@ -90,7 +90,7 @@ func (j *Join) Fill(r *conn.Record) {
 // growth is what key's histogram added since its growth was last taken,
 // nil for none; it advances prev at once, so a refresh that fails before
 // End counts nothing twice.
-func (j *Join) growth(key uint64) *hist.Wait {
+func (j *Join) growth(key latency.SocketKey) *hist.Wait {
 	cur, ok := j.cur[key]
 	if !ok {
 		return nil

@@ -81,6 +81,7 @@ struct conn {
 	struct owner owner;
 	u32 srtt_us;
 	u32 retrans;
+	u32 sk_id; /* sock_identity(): which read-wait entry at address sk is this socket's (before 5.12) */
 	u8 saddr[16];
 	u8 daddr[16];
 	u16 sport;

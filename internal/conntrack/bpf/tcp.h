@@ -111,6 +111,7 @@ static __always_inline void read_tuple(struct conn *c, const struct sock *sk)
 	}
 	c->sport = skc->skc_num;
 	c->dport = bpf_ntohs(skc->skc_dport);
+	c->sk_id = sock_identity(skc);
 }
 
 /* active_guess tells whether a socket first seen after its start made its

@@ -31,7 +31,7 @@ volatile const bool read_wait_cookie_helper = true;
  * refresh without a write per entry from user space: user space bumps
  * read_wait_epoch once per refresh, and the first sample of a new epoch
  * moves max_cur to max_prev (when it belongs to the epoch just before) and
- * starts afresh. 136 bytes.
+ * starts afresh. 128 bytes.
  */
 struct read_wait {
 	__u32 slots[RW_SLOTS];
@@ -39,25 +39,36 @@ struct read_wait {
 	__u64 sum_ns;
 	__u64 max_cur; /* largest sample of epoch `epoch`, ns */
 	__u64 max_prev; /* largest sample of epoch `epoch - 1`, ns */
-	/* Keyed by address (before 5.12), an entry may outlive its socket and
-	 * meet another at the same address: owner tells them apart, and the
-	 * entry starts afresh, one generation later, for the new one. */
-	__u32 owner;
-	__u32 gen;
 };
 
 /*
- * By socket cookie (or, before 5.12 and until the socket has a cookie, its
- * address: conntrack's key). A hash, not an LRU: a full table counts the
- * samples it cannot hold (read_wait_full) rather than silently evicting a
- * live socket's history; user space deletes the entries of sockets that are
- * gone. Sized by user space (1 when read wait is off).
+ * A socket's cookie, the key of conntrack's tables, with sk_id 0. Before
+ * 5.12 tracing programs cannot make a cookie, and conntrack keys a TCP
+ * socket by its address unless it had a cookie at its first state change:
+ * TCP is keyed by address then (user space joins it through the address
+ * and identity conntrack's entry keeps), UDP by the cookie conntrack's
+ * cgroup/sock_create program made at socket(), else by address. An address
+ * comes with the socket's sock_identity(): a socket that reuses a freed
+ * one's memory has an entry of its own, so that user space, forgetting the
+ * freed one's, cannot delete the new one's reads with it.
+ */
+struct read_wait_key {
+	__u64 socket; /* cookie or address */
+	__u32 sk_id;
+	__u32 pad;
+};
+
+/*
+ * A hash, not an LRU: a full table counts the samples it cannot hold
+ * (read_wait_full) rather than silently evicting a live socket's history;
+ * user space deletes the entries of sockets that are gone. Sized by user
+ * space (1 when read wait is off).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64);
+	__type(key, struct read_wait_key);
 	__type(value, struct read_wait);
 } read_waits SEC(".maps");
 
@@ -68,40 +79,29 @@ struct {
 	__type(value, __u32);
 } read_wait_epoch SEC(".maps");
 
-/*
- * read_wait_key is the socket's cookie, the key of conntrack's tables.
- * Before 5.12 tracing programs cannot make a cookie, and conntrack keys a
- * TCP socket by its address unless it had a cookie at its first state
- * change: TCP is keyed by address then (user space joins it through the
- * address conntrack's entry keeps), UDP by the cookie conntrack's
- * cgroup/sock_create program made at socket(), else by address.
- */
-static __always_inline __u64 read_wait_key(struct sock *sk)
+/* read_wait_key is the socket's key in read_waits (see there). */
+static __always_inline struct read_wait_key read_wait_key(struct sock *sk)
 {
-	__u64 cookie;
+	struct read_wait_key k = {};
 
-	if (read_wait_cookie_helper)
-		return bpf_get_socket_cookie(sk);
-	if (sk->sk_protocol == IPPROTO_TCP)
-		return (__u64)sk;
-	cookie = sk->__sk_common.skc_cookie.counter;
-	return cookie ? cookie : (__u64)sk;
-}
-
-/* A socket's fingerprint: its hash and ports, which a socket reusing the
- * memory of a freed one does not share (but by chance). */
-static __always_inline __u32 read_wait_owner(const struct sock *sk)
-{
-	const struct sock_common *c = &sk->__sk_common;
-
-	return c->skc_hash ^ ((__u32)c->skc_dport << 16 | c->skc_num);
+	if (read_wait_cookie_helper) {
+		k.socket = bpf_get_socket_cookie(sk);
+		return k;
+	}
+	if (sk->sk_protocol != IPPROTO_TCP)
+		k.socket = sk->__sk_common.skc_cookie.counter;
+	if (!k.socket) {
+		k.socket = (__u64)sk;
+		k.sk_id = sock_identity(&sk->__sk_common);
+	}
+	return k;
 }
 
 /* read_wait_add adds a socket-read sample of hook to sk's histogram. */
 static __always_inline void read_wait_add(__u32 hook, struct sock *sk, __s64 lat)
 {
 	struct read_wait *v, fresh = {};
-	__u64 key = read_wait_key(sk);
+	struct read_wait_key key = read_wait_key(sk);
 	__u32 zero = 0, epoch;
 	__u64 slot;
 	__u32 *e = bpf_map_lookup_elem(&read_wait_epoch, &zero);
@@ -109,17 +109,8 @@ static __always_inline void read_wait_add(__u32 hook, struct sock *sk, __s64 lat
 
 	epoch = e ? *e : 0;
 	v = bpf_map_lookup_elem(&read_waits, &key);
-	if (v && !read_wait_cookie_helper && v->owner != read_wait_owner(sk)) {
-		/* Not this socket's: a freed one's at the same address. */
-		__builtin_memset(v->slots, 0, sizeof(v->slots));
-		v->sum_ns = v->max_cur = v->max_prev = 0;
-		v->owner = read_wait_owner(sk);
-		v->gen++;
-	}
 	if (!v) {
 		fresh.epoch = epoch;
-		if (!read_wait_cookie_helper)
-			fresh.owner = read_wait_owner(sk);
 		err = bpf_map_update_elem(&read_waits, &key, &fresh, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
 			count(hook, REASON_READ_WAIT_FULL);
