@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/features"
@@ -32,10 +33,12 @@ const (
 	lateDelay      = 150 * time.Millisecond
 )
 
-// lateReader waits for a line on stdin, connects to STC_LATE_ADDR and reads
-// lateMessages 100-byte messages in reads of at most one, sleeping
-// lateDelay before each; it prints its local port first and the number of
-// reads that returned data last.
+// lateReader waits for a line on stdin, connects to STC_LATE_ADDR, waits
+// until all lateMessages 100-byte messages are queued (on a slow machine
+// the server's writes come late), and reads them in reads of at most one,
+// sleeping lateDelay before each: the data of every read waited at least
+// that long. It prints its local port first and the number of reads that
+// returned data last.
 func lateReader() error {
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
@@ -47,6 +50,9 @@ func lateReader() error {
 	defer c.Close()
 	fmt.Println(c.LocalAddr().(*net.TCPAddr).Port)
 	buf := make([]byte, 100)
+	if err := waitQueued(c.(*net.TCPConn), lateMessages*len(buf)); err != nil {
+		return err
+	}
 	reads := 0
 	for got := 0; got < lateMessages*len(buf); {
 		time.Sleep(lateDelay)
@@ -61,6 +67,28 @@ func lateReader() error {
 	}
 	fmt.Println(reads)
 	return nil
+}
+
+// waitQueued waits until c has n bytes to read (SIOCINQ), for up to 30 s.
+func waitQueued(c *net.TCPConn, n int) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var queued int
+		var ierr error
+		if err := raw.Control(func(fd uintptr) { queued, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+			return err
+		}
+		if ierr != nil {
+			return fmt.Errorf("SIOCINQ: %w", ierr)
+		}
+		if queued >= n {
+			return nil
+		}
+	}
+	return fmt.Errorf("%d bytes not queued within 30s", n)
 }
 
 // lateTraffic serves, from a peer namespace, lateMessages messages 10 ms
@@ -260,13 +288,16 @@ func TestServeReadWait(t *testing.T) {
 		body = scrape(t, url)
 		line := series(body, "_count")
 		if line == "" || value(line) != reads {
-			return fmt.Errorf("count series %q, want %d reads", line, reads)
+			return fmt.Errorf("count series %q, want %d reads; every count:\n%s\n%s", line, reads,
+				strings.Join(seriesOf(body, "stacktop_read_wait_seconds_count"), "\n"),
+				strings.Join(seriesOf(body, "stacktop_latency_packets_total"), "\n"))
 		}
 		return nil
 	})
 	for _, line := range seriesOf(body, "stacktop_read_wait_seconds_bucket") {
 		if strings.Contains(line, `comm="`+lateReaderComm+`"`) && strings.Contains(line, `le="0.067108864"`) && value(line) != 0 {
-			t.Errorf("reads %v late counted at or below 67 ms: %s", lateDelay, line)
+			t.Errorf("reads %v late counted at or below 67 ms: %s; every count:\n%s", lateDelay, line,
+				strings.Join(seriesOf(body, "stacktop_read_wait_seconds_count"), "\n"))
 		}
 	}
 	if sum := series(body, "_sum"); value(sum) < uint64(float64(reads)*0.1) {
