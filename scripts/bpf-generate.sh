@@ -22,5 +22,5 @@ if [ "$differs" = 1 ] && [ "${STACKTOP_BPF_TOOLCHAIN:-}" = strict ]; then
 fi
 export BPF2GO_CC=clang
 export BPF2GO_STRIP=llvm-strip
-export BPF2GO_CFLAGS="-O2 -g -Wall -Werror -I$PWD/bpf/include -I/usr/include/$(clang -print-multiarch)"
+export BPF2GO_CFLAGS="-O2 -g -Wall -Werror -I$PWD/bpf/include -fdebug-prefix-map=$PWD/bpf/include=bpf/include -I/usr/include/$(clang -print-multiarch)"
 go generate ./...
