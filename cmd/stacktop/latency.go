@@ -32,7 +32,6 @@ type latencyFlags struct {
 	probes        probeFlags
 	groupProcess  bool
 	debugCounters bool
-	sample        string
 	slow          slowFlags
 }
 
@@ -49,6 +48,7 @@ type probeFlags struct {
 	groupIface  bool
 	groupCgroup bool
 	includeHOL  bool
+	sample      string
 	backend     string
 	at          []string
 	fs          *pflag.FlagSet // to tell an explicitly empty -e or -d from none
@@ -119,7 +119,6 @@ alone. See docs/LATENCY.md.`,
 	f.probes.register(fs)
 	fs.BoolVarP(&f.groupProcess, "group-by-process", "P", false, "one histogram per reading process, pid and comm (socket-read probes; the others under pid 0)")
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
-	fs.StringVar(&f.sample, "sample", "1", "record a random 1 in `N` packets (reads, at the socket-read probes): cheaper on busy hosts; counts are then of samples")
 	f.slow.register(fs)
 	return cmd
 }
@@ -142,6 +141,7 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
 	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
+	fs.StringVar(&f.sample, "sample", "1", "record a random 1 in `N` packets (reads, at the socket-read probes): cheaper on busy hosts; counts are then of samples")
 	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint (of the built-in probes)")
 	fs.StringArrayVar(&f.at, "at", nil, fmt.Sprintf("also measure at `SPEC`, tracepoint:CATEGORY:NAME or fentry:FUNCTION, a point taking an skb (repeatable, at most %d)", latency.MaxAt))
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
@@ -166,11 +166,6 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 			"and neither tcp-socket-read nor udp-socket-read is enabled (enabled: %s)", hookNames(cfg.Hooks))
 	}
 	cfg.GroupByProcess = f.groupProcess
-	n, err := strconv.ParseUint(f.sample, 10, 32)
-	if err != nil || n < 1 || n > maxSampleEvery {
-		return clierr.Usage("sample", f.sample, "must be a whole number from 1 (every packet) to %d", maxSampleEvery)
-	}
-	cfg.SampleEvery = uint32(n)
 	if err := f.slow.config(&cfg); err != nil {
 		return err
 	}
@@ -375,6 +370,11 @@ func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
 	}
 	cfg.MinQueueLen = uint32(q)
+	n, err := strconv.ParseUint(f.sample, 10, 32)
+	if err != nil || n < 1 || n > maxSampleEvery {
+		return cfg, sel, clierr.Usage("sample", f.sample, "must be a whole number from 1 (every packet) to %d", maxSampleEvery)
+	}
+	cfg.SampleEvery = uint32(n)
 	cfg.GroupByIface, cfg.GroupByCgroup, cfg.IncludeHOL = f.groupIface, f.groupCgroup, f.includeHOL
 	return cfg, sel, nil
 }

@@ -71,7 +71,9 @@ fentry backend (one program per UDP read), a program on every received
 packet, TCP included, with the tracepoint backend. --latency.probes all (or
 a list) runs the others, and --at SPEC (as for stacktop latency)
 adds a probe at a tracepoint or kernel function of your choosing, its
-series labelled hook="SPEC". --compat ebpf_exporter exports the histograms as
+series labelled hook="SPEC". --sample N records a random 1 in N packets
+(reads, at the socket-read probes): the histograms then count samples, and
+stacktop_latency_sample_every says N. --compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
@@ -83,6 +85,7 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
   stacktop serve --web.listen-address :9877 -I -C # every interface; latency by iface and cgroup
   stacktop serve --web.config.file web.yml        # TLS and/or basic auth
   stacktop serve --latency.probes all             # all seven latency probes
+  stacktop serve --latency.probes all --sample 10 # all seven, a tenth of the packets
   stacktop serve --compat ebpf_exporter -I -C     # netstacklat's ebpf_exporter series, :9435`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -229,6 +232,8 @@ func (o *serveOptions) readWaitConfig(c *latency.Config) error {
 		c.Hooks = serveDefaultProbes
 	case !c.Hooks.Has(latency.TCPSocketRead) && !c.Hooks.Has(latency.UDPSocketRead):
 		return clierr.Usage("collector.read-wait", "true", "needs tcp-socket-read or udp-socket-read among the latency probes")
+	case c.SampleEvery > 1:
+		return clierr.Usage("collector.read-wait", "true", "cannot be combined with --sample %q: read wait adds up every read", o.probes.sample)
 	}
 	c.ReadWait, c.MaxSockets = true, uint32(o.maxConn)
 	return nil
@@ -252,6 +257,8 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --at %q", o.probes.at[0])
 	case !o.collectLatency && (o.latencyProbes != nil || explicit):
 		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with a choice of latency probes")
+	case !o.collectLatency && o.flags.Changed("sample"):
+		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --sample %q", o.probes.sample)
 	case o.latencyProbes != nil && explicit:
 		return 0, clierr.Usage("latency.probes", list, "cannot be combined with -e/--enable-probes or -d/--disable-probes")
 	case explicit:
@@ -330,6 +337,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	cfg := exporter.Config{
 		LatencyByIface:     c.latency.GroupByIface,
 		LatencyByCgroup:    c.latency.GroupByCgroup,
+		LatencySampleEvery: c.latency.SampleEvery,
 		CompatEbpfExporter: o.compat == compatEbpfExporter,
 		Version:            version,
 		Revision:           buildCommit(),

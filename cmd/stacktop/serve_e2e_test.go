@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -295,4 +296,52 @@ func TestServeSystemdSocket(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestServeSampling: serve --sample 4 exports stacktop_latency_sample_every
+// 4 (1 without it), and its histogram holds about a quarter of the packets
+// that an unsampled serve's holds, side by side on the same traffic (within
+// six binomial standard deviations).
+func TestServeSampling(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-sample", 73)
+	args := []string{"--no-collector.connections", "--latency.probes", "udp-start", "-i", p.HostIf}
+	every := startServe(t, args...)
+	sampled := startServe(t, append(args, "--sample", "4")...)
+	count := func(url string) (packets, sampleEvery float64) {
+		body := scrape(t, url)
+		return gaugeOf(body, `netstack_latency_seconds_count{hook="udp-start"}`), gaugeOf(body, "stacktop_latency_sample_every")
+	}
+	// RX timestamping takes a moment to reach every packet: from the
+	// first recorded one on, both see the same stamped packets.
+	testenv.Eventually(t, 10*time.Second, "a packet recorded", func() error {
+		p.UDPToHost(t, testenv.V4, 10, 0)
+		if n, _ := count(every); n == 0 {
+			return fmt.Errorf("no udp-start packet recorded")
+		}
+		return nil
+	})
+	before, gauge := count(every)
+	if gauge != 1 {
+		t.Errorf("stacktop_latency_sample_every %v without --sample, want 1", gauge)
+	}
+	beforeSampled, gauge := count(sampled)
+	if gauge != 4 {
+		t.Errorf("stacktop_latency_sample_every %v with --sample 4, want 4", gauge)
+	}
+	const n = 800
+	p.UDPToHost(t, testenv.V4, n, 0)
+	var total, got float64
+	testenv.Eventually(t, 5*time.Second, "every datagram recorded", func() error {
+		after, _ := count(every)
+		afterSampled, _ := count(sampled)
+		total, got = after-before, afterSampled-beforeSampled
+		if total < n {
+			return fmt.Errorf("%v of %d datagrams recorded", total, n)
+		}
+		return nil
+	})
+	if mean, sd := total/4, math.Sqrt(total*3/16); math.Abs(got-mean) > 6*sd {
+		t.Errorf("--sample 4 recorded %v of %v packets, want %.0f ± %.0f", got, total, mean, 6*sd)
+	}
+	t.Logf("--sample 4 recorded %v of %v packets", got, total)
 }

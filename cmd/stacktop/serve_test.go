@@ -48,6 +48,9 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--collector.read-wait=maybe"}, `invalid argument "maybe" for "--collector.read-wait"`},
 		{[]string{"--collector.read-wait", "--no-collector.connections"}, `invalid --collector.read-wait "true": needs the connections collector`},
 		{[]string{"--collector.read-wait", "--latency.probes", "ip-start"}, `invalid --collector.read-wait "true": needs tcp-socket-read or udp-socket-read among the latency probes`},
+		{[]string{"--sample", "0"}, `invalid --sample "0": must be a whole number from 1 (every packet) to 1000000`},
+		{[]string{"--collector.read-wait", "--sample", "4"}, `invalid --collector.read-wait "true": cannot be combined with --sample "4": read wait adds up every read`},
+		{[]string{"--no-collector.latency", "--sample", "4"}, `invalid --no-collector.latency "true": cannot be combined with --sample "4"`},
 		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
 		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
 		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing

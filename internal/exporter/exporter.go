@@ -36,6 +36,10 @@ type Config struct {
 	// source was started with, so every series carries the same label names.
 	LatencyByIface  bool
 	LatencyByCgroup bool
+	// LatencySampleEvery is the latency source's sampling: each packet
+	// recorded with probability 1/LatencySampleEvery (0 or 1: every one),
+	// exported as stacktop_latency_sample_every.
+	LatencySampleEvery uint32
 	// CompatEbpfExporter exports the latency histograms as
 	// ebpf_exporter_netstack_latency_seconds, exactly as ebpf_exporter does
 	// with netstacklat's configuration (docs/METRICS.md), instead of
@@ -105,6 +109,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- e.latencyDesc
 	ch <- latencyPacketsDesc
+	ch <- latencySampleDesc
 	describeConnections(ch)
 	describePrograms(ch)
 }

@@ -85,6 +85,10 @@ var latencyPacketsDesc = prometheus.NewDesc("stacktop_latency_packets_total",
 	"Packets each latency hook saw, by outcome: recorded, or the reason they were not (see docs/METRICS.md).",
 	[]string{"hook", "reason"}, nil)
 
+var latencySampleDesc = prometheus.NewDesc("stacktop_latency_sample_every",
+	"The latency histograms record a random 1 in this many packets (reads, at the socket-read probes), --sample; 1: every packet. Multiply their counts by it to estimate packets.",
+	nil, nil)
+
 // histFull is the outcome of a packet dropped because the histogram map was
 // full: the latency source's map-full counter.
 const histFull = "hist_full"
@@ -106,6 +110,7 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(mapFullDesc, prometheus.CounterValue, float64(mapFull), "latency")
+	ch <- prometheus.MustNewConstMetric(latencySampleDesc, prometheus.GaugeValue, float64(max(e.cfg.LatencySampleEvery, 1)))
 	if e.cfg.CompatEbpfExporter {
 		ifaces := map[uint32]string{}
 		if ifcs, err := net.Interfaces(); err == nil {
