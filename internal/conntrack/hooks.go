@@ -116,11 +116,11 @@ const (
 	cgroupPath   features.Backend = "cgroup"
 )
 
-// spare tells the programs that run second on a tracepoint to apply what
+// spares are the programs that run second on a tracepoint to apply what
 // the first one's skipped runs missed. Their own skipped runs lose nothing
 // unless the first program's run was skipped too, which the first
 // program's count of skipped runs less the spares' applied ones tells.
-func spare(program string) bool { return strings.HasSuffix(program, "_spare") }
+var spares = map[string]bool{connsProgConnsTcpStateSpare: true, connsProgConnsTcpDestroySpare: true}
 
 // iteratorHazard says why the TCP iterators are not used on this kernel,
 // or nil. From 5.15 the iterator batches: it takes a reference (sock_hold)

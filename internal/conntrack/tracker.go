@@ -406,7 +406,7 @@ func (t *Tracker) drops() (lost, mapFull uint64, err error) {
 	}
 	var skipped uint64
 	for _, a := range t.engine.Attached() {
-		if spare(a.Name) {
+		if spares[a.Name] {
 			continue
 		}
 		s, err := a.Program.Stats()
