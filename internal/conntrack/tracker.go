@@ -67,7 +67,7 @@ func ValidMaxConnections(n int) error {
 }
 
 // sizeMaps sets the table sizes of spec for n connections. The ring buffer
-// of closed events keeps its compiled 4 MiB (32,768 events): it is drained
+// of closed events keeps its compiled 4 MiB (about 29,000 events): it is drained
 // as it fills, and a burst beyond that is counted as lost.
 func sizeMaps(spec *ebpf.CollectionSpec, n int) error {
 	if err := ValidMaxConnections(n); err != nil {
