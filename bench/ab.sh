@@ -12,7 +12,10 @@
 # (SIGTERM 5 s later if it is still running). A round's
 # ratio is its requests/s over the mean of the two baseline rounds around it;
 # per command the mean, standard deviation, count, minimum and maximum of
-# those ratios are printed. No confidence verdicts: that is bench/run.sh.
+# those ratios are printed, and the same for wrk's p99 latency (mean, minimum
+# and maximum of the ratios: p99 is far noisier than requests/s here, so a
+# `sleep` command as a control belongs in any p99 question). No confidence
+# verdicts: that is bench/run.sh.
 set -eu
 rounds=6 duration=5 conns=100 settle=3
 usage() {
@@ -69,14 +72,14 @@ nginx_pid=$!
 trap 'kill $nginx_pid 2>/dev/null; wait $nginx_pid 2>/dev/null; rm -rf "$dir"' EXIT
 sleep 0.5
 
-rps() {
-	taskset -c 1 wrk -t1 -c"$conns" -d"$1"s http://127.0.0.1:18160/ | awk '/^Requests\/sec/ { print $2 }'
+measure() { # requests/s and p99 (µs) of a wrk run of $1 seconds
+	taskset -c 1 wrk --latency -t1 -c"$conns" -d"$1"s http://127.0.0.1:18160/ | awk '/^ +99%/ { v=$2; if (v ~ /us$/) p=v+0; else if (v ~ /ms$/) p=(v+0)*1000; else p=(v+0)*1e6 } /^Requests\/sec/ { r=$2 } END { print r, p }'
 }
-rps 1 >/dev/null # warm-up
+measure 1 >/dev/null # warm-up
 : >"$dir/rounds"
 for _ in $(seq "$rounds"); do
 	for i in $(seq $#); do
-		echo "none $(rps "$duration")" >>"$dir/rounds"
+		echo "none $(measure "$duration")" >>"$dir/rounds"
 		bash -c "${!i}" >/dev/null 2>"$dir/cmd$i.err" &
 		cmd_pid=$!
 		sleep "$settle"
@@ -85,7 +88,7 @@ for _ in $(seq "$rounds"); do
 			cat "$dir/cmd$i.err" >&2
 			exit 1
 		fi
-		echo "cmd$i $(rps "$duration")" >>"$dir/rounds"
+		echo "cmd$i $(measure "$duration")" >>"$dir/rounds"
 		# A command a script starts in the background ignores SIGINT
 		# (POSIX): SIGTERM if it is still there after 5 s.
 		kill -INT $cmd_pid
@@ -94,18 +97,22 @@ for _ in $(seq "$rounds"); do
 		wait $cmd_pid || true
 	done
 done
-echo "none $(rps "$duration")" >>"$dir/rounds"
+echo "none $(measure "$duration")" >>"$dir/rounds"
 
 python3 - "$dir/rounds" "$@" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 ratios = {}
-for i, (name, value) in enumerate(rows):
+p99s = {}
+for i, (name, value, p99) in enumerate(rows):
     if name != "none":
         base = (float(rows[i - 1][1]) + float(rows[i + 1][1])) / 2
         ratios.setdefault(name, []).append(float(value) / base)
+        pb = (float(rows[i - 1][2]) + float(rows[i + 1][2])) / 2
+        p99s.setdefault(name, []).append(float(p99) / pb)
 for i, command in enumerate(sys.argv[2:], 1):
     r = ratios[f"cmd{i}"]
     sd = statistics.stdev(r) if len(r) > 1 else 0.0
-    print(f"mean {statistics.mean(r):.4f}  sd {sd:.4f}  n {len(r)}  min {min(r):.4f}  max {max(r):.4f}  {command}")
+    p = p99s[f"cmd{i}"]
+    print(f"mean {statistics.mean(r):.4f}  sd {sd:.4f}  n {len(r)}  min {min(r):.4f}  max {max(r):.4f}  p99 ratio mean {statistics.mean(p):.3f} min {min(p):.3f} max {max(p):.3f}  {command}")
 EOF
