@@ -103,9 +103,11 @@ const (
 	connsMapNetnsNew              = "netns_new"
 	connsMapOwners                = "owners"
 	connsMapStateMarks            = "state_marks"
+	connsMapTracked               = "tracked"
 	connsProgConnsAdopt           = "conns_adopt"
 	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
+	connsProgConnsRefreshTracked  = "conns_refresh_tracked"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
 	connsProgConnsTcpState        = "conns_tcp_state"
@@ -118,6 +120,7 @@ const (
 	connsProgConnsUdpIngress      = "conns_udp_ingress"
 	connsProgConnsUdpOwner        = "conns_udp_owner"
 	connsProgConnsUdpSend         = "conns_udp_send"
+	connsVarRefreshTracked        = "refresh_tracked"
 	connsVarTracingCookie         = "tracing_cookie"
 )
 
@@ -166,6 +169,7 @@ type connsProgramSpecs struct {
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.ProgramSpec `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
+	ConnsRefreshTracked  *ebpf.ProgramSpec `ebpf:"conns_refresh_tracked"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
@@ -192,13 +196,15 @@ type connsMapSpecs struct {
 	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
 	Owners     *ebpf.MapSpec `ebpf:"owners"`
 	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
+	Tracked    *ebpf.MapSpec `ebpf:"tracked"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsVariableSpecs struct {
-	TracingCookie *ebpf.VariableSpec `ebpf:"tracing_cookie"`
+	RefreshTracked *ebpf.VariableSpec `ebpf:"refresh_tracked"`
+	TracingCookie  *ebpf.VariableSpec `ebpf:"tracing_cookie"`
 }
 
 // connsObjects contains all objects after they have been loaded into the kernel.
@@ -229,6 +235,7 @@ type connsMaps struct {
 	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
 	Owners     *ebpf.Map `ebpf:"owners"`
 	StateMarks *ebpf.Map `ebpf:"state_marks"`
+	Tracked    *ebpf.Map `ebpf:"tracked"`
 }
 
 func (m *connsMaps) Close() error {
@@ -241,6 +248,7 @@ func (m *connsMaps) Close() error {
 		m.NetnsNew,
 		m.Owners,
 		m.StateMarks,
+		m.Tracked,
 	)
 }
 
@@ -248,7 +256,8 @@ func (m *connsMaps) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsVariables struct {
-	TracingCookie *ebpf.Variable `ebpf:"tracing_cookie"`
+	RefreshTracked *ebpf.Variable `ebpf:"refresh_tracked"`
+	TracingCookie  *ebpf.Variable `ebpf:"tracing_cookie"`
 }
 
 // connsPrograms contains all programs after they have been loaded into the kernel.
@@ -258,6 +267,7 @@ type connsPrograms struct {
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.Program `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
+	ConnsRefreshTracked  *ebpf.Program `ebpf:"conns_refresh_tracked"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
@@ -277,6 +287,7 @@ func (p *connsPrograms) Close() error {
 		p.ConnsAdopt,
 		p.ConnsOwners,
 		p.ConnsRefresh,
+		p.ConnsRefreshTracked,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,

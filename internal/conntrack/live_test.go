@@ -600,3 +600,73 @@ func acceptedOwner(t *testing.T, tr *Tracker, lport, cport uint16) uint32 {
 	t.Fatalf("no record of the accepted socket (local port %d, remote %d) in %d records", lport, cport, len(snap.Records))
 	return 0
 }
+
+// TestCountersOfOpenConnections: the refresh reads the kernel's counters of
+// connections that made no state change since they were established, on
+// both ends, in two network namespaces (the client here, the server in a
+// peer's): after every exchange each end's record shows exactly what moved.
+// It needs the tcp-counters hook, which every kernel of the matrix attaches
+// (docs/KERNELS.md says by which path).
+func TestCountersOfOpenConnections(t *testing.T) {
+	p := testenv.NewPeer(t, "stc-open", 66)
+	tr := openTracker(t, Config{})
+	if !hookAttached(tr, "tcp-counters") {
+		t.Fatalf("tcp-counters not attached: %+v", tr.Choices())
+	}
+	exchanges := []struct{ up, down int }{{3000, 1000}, {500, 0}, {1, 70_000}} // each waits for the client's bytes
+	served := make(chan error, 1)
+	l := p.ServeTCP(t, addrPort(p.PeerIP4, 0), func(c net.Conn) {
+		for _, x := range exchanges {
+			if _, err := io.ReadFull(c, make([]byte, x.up)); err != nil {
+				served <- err
+				return
+			}
+			if _, err := c.Write(make([]byte, x.down)); err != nil {
+				served <- err
+				return
+			}
+			served <- nil
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	c, err := net.Dial("tcp4", addrPort(p.PeerIP4, int(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local := uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	var up, down uint64
+	for i, x := range exchanges {
+		if _, err := c.Write(make([]byte, x.up)); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-served; err != nil {
+			t.Fatalf("server: %v", err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, x.down)); err != nil {
+			t.Fatal(err)
+		}
+		up, down = up+uint64(x.up), down+uint64(x.down)
+		snap, err := tr.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, end := range []struct {
+			name    string
+			local   uint16
+			in, out uint64
+		}{{"client", local, down, up}, {"server", port, up, down}} {
+			rs := find(snap.Records, func(r *conn.Record) bool {
+				return r.Proto == "tcp" && r.LocalPort == end.local && r.State == "ESTABLISHED" &&
+					(r.RemotePort == port || r.RemotePort == local)
+			})
+			if len(rs) != 1 {
+				t.Fatalf("exchange %d: %d %s records, want 1:\n%s", i, len(rs), end.name, dump(snap.Records))
+			}
+			if r := rs[0]; r.BytesIn != end.in || r.BytesOut != end.out {
+				t.Errorf("exchange %d: %s bytes in/out %d/%d, want %d/%d", i, end.name, r.BytesIn, r.BytesOut, end.in, end.out)
+			}
+		}
+	}
+}

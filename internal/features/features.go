@@ -37,6 +37,7 @@ const (
 	Netfilter     = "netfilter_link"
 	Kprobe        = "kprobe"
 	IterTCP       = "iter_tcp"
+	IterSkStorage = "iter_sk_storage" // iter/bpf_sk_storage_map: walk the sockets that have storage in a map
 	RingBuf       = "ringbuf"
 	SkStorage     = "sk_storage"
 	SkStorageBTF  = "sk_storage_tracing" // bpf_sk_storage_get from fentry/tp_btf programs (5.11+)
@@ -74,11 +75,12 @@ var probes = []struct {
 	{RawTP, probeRawTracepoint},
 	{Netfilter, probeNetfilter},
 	{Kprobe, probeKprobe},
-	{IterTCP, probeIter},
+	{IterTCP, func() error { return probeIter("tcp", nil) }},
 	{CgroupSKB, func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
 	{RingBuf, func() error { return features.HaveMapType(ebpf.RingBuf) }},
 	{SkStorage, func() error { return features.HaveMapType(ebpf.SkStorage) }},
 	{SkStorageBTF, probeSkStorageTracing},
+	{IterSkStorage, probeIterSkStorage},
 	{KtimeTAI, func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs) }},
 	{StatsEnabled, statsEnabled},
 }
@@ -175,12 +177,30 @@ func probeNetfilter() error {
 // probeSkStorageTracing loads a tp_btf program that calls bpf_sk_storage_get
 // on the socket of inet_sock_set_state: kernels before 5.11 do not offer the
 // helper to tracing programs.
-func probeSkStorageTracing() error {
+// newSkStorage creates the smallest socket storage map.
+func newSkStorage() (*ebpf.Map, error) {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.SkStorage, KeySize: 4, ValueSize: 4,
 		Flags: unix.BPF_F_NO_PREALLOC, Key: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed},
 		Value: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}})
 	if err != nil {
-		return fmt.Errorf("sk_storage map: %w", err)
+		return nil, fmt.Errorf("sk_storage map: %w", err)
+	}
+	return m, nil
+}
+
+func probeIterSkStorage() error {
+	m, err := newSkStorage()
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return probeIter("bpf_sk_storage_map", m)
+}
+
+func probeSkStorageTracing() error {
+	m, err := newSkStorage()
+	if err != nil {
+		return err
 	}
 	defer m.Close()
 	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp,
@@ -215,13 +235,15 @@ func probeKprobe() error {
 	return l.Close()
 }
 
-func probeIter() error {
-	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "tcp"})
+// probeIter loads, attaches and opens an iterator at target, over m for a
+// map iterator (nil for the others).
+func probeIter(target string, m *ebpf.Map) error {
+	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: target})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	defer prog.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: prog})
+	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: m})
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}
