@@ -189,14 +189,7 @@ func (e *Engine) attach(p Program) (*attachment, error) {
 			a.link, err = link.AttachCgroup(link.CgroupOptions{Path: root, Attach: p.Cgroup, Program: prog})
 		}
 	case Iterator:
-		opts := link.IterOptions{Program: prog}
-		if p.IterMap != "" {
-			if opts.Map = e.maps[p.IterMap]; opts.Map == nil {
-				err = fmt.Errorf("no map %s to iterate", p.IterMap)
-				break
-			}
-		}
-		a.link, err = link.AttachIter(opts)
+		a.link, err = link.AttachIter(link.IterOptions{Program: prog})
 	case Tracepoint:
 		var category, name string
 		if category, name, err = p.tracepoint(); err == nil {

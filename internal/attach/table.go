@@ -106,10 +106,6 @@ type Program struct {
 	Constants map[string]any
 	Netfilter NetfilterPoint  // Kind Netfilter
 	Cgroup    ebpf.AttachType // Kind Cgroup
-	// IterMap is the object's map an Iterator program walks (a map
-	// iterator: iter/bpf_sk_storage_map, iter/bpf_map_elem), empty for
-	// the others.
-	IterMap string
 	// Optional: the hook keeps the programs attached before it when this
 	// one fails (e.g. an IPv6 half on a kernel without IPv6); it does not
 	// fail the backend.

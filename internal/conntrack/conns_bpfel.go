@@ -103,11 +103,9 @@ const (
 	connsMapNetnsNew              = "netns_new"
 	connsMapOwners                = "owners"
 	connsMapStateMarks            = "state_marks"
-	connsMapTracked               = "tracked"
 	connsProgConnsAdopt           = "conns_adopt"
 	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
-	connsProgConnsRefreshTracked  = "conns_refresh_tracked"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
 	connsProgConnsTcpState        = "conns_tcp_state"
@@ -120,7 +118,6 @@ const (
 	connsProgConnsUdpIngress      = "conns_udp_ingress"
 	connsProgConnsUdpOwner        = "conns_udp_owner"
 	connsProgConnsUdpSend         = "conns_udp_send"
-	connsVarRefreshTracked        = "refresh_tracked"
 	connsVarTracingCookie         = "tracing_cookie"
 )
 
@@ -169,7 +166,6 @@ type connsProgramSpecs struct {
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.ProgramSpec `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
-	ConnsRefreshTracked  *ebpf.ProgramSpec `ebpf:"conns_refresh_tracked"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
@@ -196,15 +192,13 @@ type connsMapSpecs struct {
 	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
 	Owners     *ebpf.MapSpec `ebpf:"owners"`
 	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
-	Tracked    *ebpf.MapSpec `ebpf:"tracked"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsVariableSpecs struct {
-	RefreshTracked *ebpf.VariableSpec `ebpf:"refresh_tracked"`
-	TracingCookie  *ebpf.VariableSpec `ebpf:"tracing_cookie"`
+	TracingCookie *ebpf.VariableSpec `ebpf:"tracing_cookie"`
 }
 
 // connsObjects contains all objects after they have been loaded into the kernel.
@@ -235,7 +229,6 @@ type connsMaps struct {
 	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
 	Owners     *ebpf.Map `ebpf:"owners"`
 	StateMarks *ebpf.Map `ebpf:"state_marks"`
-	Tracked    *ebpf.Map `ebpf:"tracked"`
 }
 
 func (m *connsMaps) Close() error {
@@ -248,7 +241,6 @@ func (m *connsMaps) Close() error {
 		m.NetnsNew,
 		m.Owners,
 		m.StateMarks,
-		m.Tracked,
 	)
 }
 
@@ -256,8 +248,7 @@ func (m *connsMaps) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsVariables struct {
-	RefreshTracked *ebpf.Variable `ebpf:"refresh_tracked"`
-	TracingCookie  *ebpf.Variable `ebpf:"tracing_cookie"`
+	TracingCookie *ebpf.Variable `ebpf:"tracing_cookie"`
 }
 
 // connsPrograms contains all programs after they have been loaded into the kernel.
@@ -267,7 +258,6 @@ type connsPrograms struct {
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.Program `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
-	ConnsRefreshTracked  *ebpf.Program `ebpf:"conns_refresh_tracked"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
@@ -287,7 +277,6 @@ func (p *connsPrograms) Close() error {
 		p.ConnsAdopt,
 		p.ConnsOwners,
 		p.ConnsRefresh,
-		p.ConnsRefreshTracked,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,

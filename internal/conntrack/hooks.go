@@ -42,16 +42,11 @@ var hooks = []attach.Hook{
 	{Name: "tcp-destroy", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
 		{Name: connsProgConnsTcpDestroy, Kind: attach.Tracing},
 		{Name: connsProgConnsTcpDestroySpare, Kind: attach.Tracing}}}}},
-	// The refresh's live counters: from the tracked sockets' storage
-	// (5.12+, as refresh_tracked is set), else from an iterator over a
-	// network namespace's TCP sockets. Optional: the latter is not used
-	// from 5.15 to 6.10 (see iteratorHazard), where 5.12's storage walk
-	// serves; without either, counters are read at state changes only.
-	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{
-		{Backend: storagePath, Gate: storageGate, Programs: []attach.Program{
-			{Name: refreshTrackedProgram, Kind: attach.Iterator, IterMap: connsMapTracked}}},
-		{Backend: iteratorPath, Gate: iteratorHazard, Programs: []attach.Program{
-			{Name: refreshProgram, Kind: attach.Iterator}}}}},
+	// The iterators over a network namespace's TCP sockets. Optional: not
+	// used from 5.15 to 6.10 (see iteratorHazard); counters are then read
+	// at state changes only.
+	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
+		Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Iterator}}}}},
 	{Name: "tcp-adopt", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
 		Programs: []attach.Program{{Name: adoptProgram, Kind: attach.Iterator}}}}},
 	// cgroup programs go on the root of the cgroup v2 hierarchy, which
@@ -80,17 +75,14 @@ var hooks = []attach.Hook{
 			Programs: []attach.Program{{Name: connsProgConnsUdpDrop, Kind: attach.Tracing}}}}},
 }
 
-// The iterators: user space runs conns_refresh_tracked over the tracked
-// sockets once per refresh or, where the kernel cannot mark them,
-// conns_refresh over a network namespace's TCP sockets in every namespace
-// with tracked sockets; conns_adopt in every namespace at start-up, and
-// conns_owners over every task's open files when accepted sockets wait for
-// their owner.
+// The iterators: user space runs conns_refresh over a network namespace's
+// TCP sockets in every namespace with tracked sockets once per refresh,
+// conns_adopt in every namespace at start-up, and conns_owners over every
+// task's open files when accepted sockets wait for their owner.
 const (
-	refreshTrackedProgram = connsProgConnsRefreshTracked
-	refreshProgram        = connsProgConnsRefresh
-	adoptProgram          = connsProgConnsAdopt
-	ownersProgram         = connsProgConnsOwners
+	refreshProgram = connsProgConnsRefresh
+	adoptProgram   = connsProgConnsAdopt
+	ownersProgram  = connsProgConnsOwners
 )
 
 // forced is h with the backends --backend leaves: fentry takes only fentry
@@ -121,32 +113,8 @@ func forced(h *attach.Hook, b features.Backend) *attach.Hook {
 // that are neither tracepoints nor fentry; --backend cannot choose them.
 const (
 	iteratorPath features.Backend = "iterator"
-	storagePath  features.Backend = "socket-storage"
 	cgroupPath   features.Backend = "cgroup"
 )
-
-// refreshTracked reports whether the programs mark tracked sockets in
-// their storage for conns_refresh_tracked: where tracing programs may
-// create socket storage (5.11+) and call bpf_get_socket_cookie (5.12+; the
-// walk finds entries by cookie), and the kernel lets us walk a socket
-// storage map (5.9+; refused by some hosts' policy, as fentry is). The BPF
-// constant refresh_tracked and storageGate follow it, so that the programs
-// mark sockets exactly when the walk over the marks is used.
-var refreshTracked = sync.OnceValue(func() bool {
-	return tracingCookie() && features.Check(features.SkStorageBTF).OK && features.Check(features.IterSkStorage).OK
-})
-
-// storageGate refuses the walk over the tracked sockets' marks where the
-// programs do not make them.
-func storageGate() error {
-	if refreshTracked() {
-		return nil
-	}
-	if p := features.Check(features.IterSkStorage); !p.OK {
-		return fmt.Errorf("socket storage iterator: %s", p.Reason)
-	}
-	return errors.New("needs socket storage and cookies in tracing programs (5.12+)")
-}
 
 // spares are the programs that run second on a tracepoint to apply what
 // the first one's skipped runs missed. Their own skipped runs lose nothing

@@ -605,13 +605,15 @@ func acceptedOwner(t *testing.T, tr *Tracker, lport, cport uint16) uint32 {
 // connections that made no state change since they were established, on
 // both ends, in two network namespaces (the client here, the server in a
 // peer's): after every exchange each end's record shows exactly what moved.
-// It needs the tcp-counters hook, which every kernel of the matrix attaches
-// (docs/KERNELS.md says by which path).
+// Where the TCP iterator is not used (iteratorHazard: 5.15 to 6.10), the
+// blind spot docs/CONNECTIONS.md states instead: counters as of the last
+// state change, 0 bytes. TestLiveCounters needs tc, which the guests lack.
 func TestCountersOfOpenConnections(t *testing.T) {
 	p := testenv.NewPeer(t, "stc-open", 66)
 	tr := openTracker(t, Config{})
-	if !hookAttached(tr, "tcp-counters") {
-		t.Fatalf("tcp-counters not attached: %+v", tr.Choices())
+	live := hookAttached(tr, "tcp-counters")
+	if hazard := iteratorHazard(); live == (hazard != nil) {
+		t.Fatalf("tcp-counters attached: %v, iterator hazard: %v: %+v", live, hazard, tr.Choices())
 	}
 	exchanges := []struct{ up, down int }{{3000, 1000}, {500, 0}, {1, 70_000}} // each waits for the client's bytes
 	served := make(chan error, 1)
@@ -657,6 +659,9 @@ func TestCountersOfOpenConnections(t *testing.T) {
 			local   uint16
 			in, out uint64
 		}{{"client", local, down, up}, {"server", port, up, down}} {
+			if !live {
+				end.in, end.out = 0, 0
+			}
 			rs := find(snap.Records, func(r *conn.Record) bool {
 				return r.Proto == "tcp" && r.LocalPort == end.local && r.State == "ESTABLISHED" &&
 					(r.RemotePort == port || r.RemotePort == local)

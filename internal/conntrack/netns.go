@@ -21,16 +21,12 @@ type namespaceSet struct {
 	want    map[uint32]struct{}       // namespaces of the last snapshot's entries
 }
 
-// refreshCounters runs conns_refresh_tracked once or else conns_refresh in
-// every namespace that has tracked sockets: those of the last snapshot's
-// entries, and those the kernel reported new since (netns_new, which is
-// emptied). A namespace that can no longer be found has no socket left to
-// refresh; the handle of one that has no entry left is closed, so that it
-// can go away.
+// refreshCounters runs conns_refresh in every namespace that has tracked
+// sockets: those of the last snapshot's entries, and those the kernel
+// reported new since (netns_new, which is emptied). A namespace that can
+// no longer be found has no socket left to refresh; the handle of one that
+// has no entry left is closed, so that it can go away.
 func (t *Tracker) refreshCounters() error {
-	if it := t.engine.Iterator(refreshTrackedProgram); it != nil {
-		return readIterator(it) // every namespace's sockets
-	}
 	it := t.engine.Iterator(refreshProgram)
 	if it == nil {
 		return nil

@@ -149,9 +149,6 @@ func (t *Tracker) loadMaps() error {
 	if err := vars.TracingCookie.Set(tracingCookie()); err != nil {
 		return fmt.Errorf("%s: %w", vars.TracingCookie.Name, err)
 	}
-	if err := vars.RefreshTracked.Set(refreshTracked()); err != nil {
-		return fmt.Errorf("%s: %w", vars.RefreshTracked.Name, err)
-	}
 	if t.engine, err = attach.Load(spec, attach.Netns{}); err != nil {
 		return fmt.Errorf("connection tracking: %w", err)
 	}

@@ -37,7 +37,6 @@ const (
 	Netfilter     = "netfilter_link"
 	Kprobe        = "kprobe"
 	IterTCP       = "iter_tcp"
-	IterSkStorage = "iter_sk_storage" // iter/bpf_sk_storage_map: walk the sockets that have storage in a map
 	RingBuf       = "ringbuf"
 	SkStorage     = "sk_storage"
 	SkStorageBTF  = "sk_storage_tracing" // bpf_sk_storage_get from fentry/tp_btf programs (5.11+)
@@ -75,12 +74,11 @@ var probes = []struct {
 	{RawTP, probeRawTracepoint},
 	{Netfilter, probeNetfilter},
 	{Kprobe, probeKprobe},
-	{IterTCP, func() error { return probeIter("tcp", nil) }},
+	{IterTCP, probeIter},
 	{CgroupSKB, func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
 	{RingBuf, func() error { return features.HaveMapType(ebpf.RingBuf) }},
 	{SkStorage, func() error { return features.HaveMapType(ebpf.SkStorage) }},
 	{SkStorageBTF, probeSkStorageTracing},
-	{IterSkStorage, probeIterSkStorage},
 	{KtimeTAI, func() error { return features.HaveProgramHelper(ebpf.Kprobe, asm.FnKtimeGetTaiNs) }},
 	{StatsEnabled, statsEnabled},
 }
@@ -177,30 +175,12 @@ func probeNetfilter() error {
 // probeSkStorageTracing loads a tp_btf program that calls bpf_sk_storage_get
 // on the socket of inet_sock_set_state: kernels before 5.11 do not offer the
 // helper to tracing programs.
-// newSkStorage creates the smallest socket storage map.
-func newSkStorage() (*ebpf.Map, error) {
+func probeSkStorageTracing() error {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.SkStorage, KeySize: 4, ValueSize: 4,
 		Flags: unix.BPF_F_NO_PREALLOC, Key: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed},
 		Value: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed}})
 	if err != nil {
-		return nil, fmt.Errorf("sk_storage map: %w", err)
-	}
-	return m, nil
-}
-
-func probeIterSkStorage() error {
-	m, err := newSkStorage()
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	return probeIter("bpf_sk_storage_map", m)
-}
-
-func probeSkStorageTracing() error {
-	m, err := newSkStorage()
-	if err != nil {
-		return err
+		return fmt.Errorf("sk_storage map: %w", err)
 	}
 	defer m.Close()
 	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp,
@@ -235,15 +215,13 @@ func probeKprobe() error {
 	return l.Close()
 }
 
-// probeIter loads, attaches and opens an iterator at target, over m for a
-// map iterator (nil for the others).
-func probeIter(target string, m *ebpf.Map) error {
-	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: target})
+func probeIter() error {
+	prog, err := load(&ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "tcp"})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
 	defer prog.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: prog, Map: m})
+	it, err := link.AttachIter(link.IterOptions{Program: prog})
 	if err != nil {
 		return fmt.Errorf("attach: %w", err)
 	}

@@ -80,48 +80,32 @@ int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
 }
 
 /*
- * The refresh copies each tracked socket's current counters into its entry,
- * so that every refresh shows them live, also while the owner sleeps in a
- * syscall or does nothing. User space reads one of two iterators once per
- * refresh: conns_refresh_tracked walks the tracked sockets' marks (every
- * namespace at once); where tracing programs cannot create them, conns_refresh
- * walks the TCP tables of one network namespace (the one of the task that
- * opens the iterator), once per namespace. A socket that reached TCP_CLOSE
- * is left alone: its final counters are in its closed event, read at the
- * change itself.
+ * conns_refresh runs over the TCP sockets of one network namespace (the one
+ * of the task that opens the iterator) when user space reads it, once per
+ * refresh and namespace: it copies each tracked socket's current counters
+ * into its entry, so that every refresh shows them live, also while the
+ * owner sleeps in a syscall or does nothing. A socket that reached
+ * TCP_CLOSE is no longer in the tables the iterator walks; its final
+ * counters are in its closed event, read at the change itself.
  */
-static __always_inline void refresh_socket(struct sock_common *skc)
+SEC("iter/tcp")
+int conns_refresh(struct bpf_iter__tcp *ctx)
 {
-	const struct tcp_sock *tp = tcp_socket(skc);
+	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
 	if (!tp)
-		return;
+		return 0;
 	struct sock *sk = (void *)tp;
 	u64 key = tcp_key(sk);
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
-		return;
+		return 0;
 	/* connect() moves a socket into SYN_SENT before it binds the local
 	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
-	 * after), so that change recorded port 0; read until there is one
-	 * (the move into ESTABLISHED reads the tuple again in any case). */
+	 * after), so that change recorded port 0; a socket the iterator
+	 * walks is hashed, its port bound. */
 	if (!c->sport)
 		read_tuple(c, sk);
 	refresh(c, tp, sk->__sk_common.skc_state);
-}
-
-SEC("iter/bpf_sk_storage_map")
-int conns_refresh_tracked(struct bpf_iter__bpf_sk_storage_map *ctx)
-{
-	struct sock *sk = ctx->sk;
-	if (sk)
-		refresh_socket(&sk->__sk_common);
-	return 0;
-}
-
-SEC("iter/tcp")
-int conns_refresh(struct bpf_iter__tcp *ctx)
-{
-	refresh_socket(ctx->sk_common);
 	return 0;
 }
 

@@ -163,27 +163,6 @@ struct {
 	__type(value, u8);
 } netns_new SEC(".maps");
 
-/* refresh_tracked: the refresh iterator walks `tracked` (below) rather
- * than the kernel's TCP tables. User space sets it where tracing programs
- * may create socket storage and key sockets by cookie (5.12+); before,
- * conns_refresh walks the tables once per network namespace, and the
- * namespaces of tracked sockets are collected in netns_new for it. */
-const volatile bool refresh_tracked = true;
-
-/* The sockets with an entry in `conns`, for conns_refresh_tracked: a mark
- * in each socket's own storage (freed with the socket), so that iterating
- * the marks visits exactly the tracked sockets of every namespace at once.
- * conns_refresh instead walks every bucket of the established table (the
- * host's, shared by all namespaces: 262,144 buckets on a 24 GiB machine),
- * about 0.6 ms per namespace whatever the number of sockets, taken from
- * whichever CPU the refresh runs on. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, u8);
-} tracked SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);

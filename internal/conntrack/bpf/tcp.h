@@ -27,13 +27,6 @@ struct bpf_iter__tcp {
 	u32 uid;
 };
 
-struct bpf_iter__bpf_sk_storage_map {
-	struct bpf_iter_meta *meta;
-	struct bpf_map *map;
-	struct sock *sk;
-	void *value;
-};
-
 #pragma clang attribute pop
 
 /* tcp_of returns an inet TCP socket as the tcp_sock it is (whose fields
@@ -154,17 +147,9 @@ static __always_inline struct conn *tcp_entry(const struct tcp_sock *tp, u64 coo
 		return NULL;
 	}
 	*created = true;
-	if (refresh_tracked) {
-		/* Without its mark the entry would be refreshed at state
-		 * changes only: counted like a full table (storage is
-		 * allocated; this fails only when memory does). */
-		if (!bpf_sk_storage_get(&tracked, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
-			count_drop(DROP_MAP_FULL);
-	} else {
-		u8 one = 1;
-		if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
-			bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
-	}
+	u8 one = 1;
+	if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
+		bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&conns, &cookie);
 }
 
