@@ -419,8 +419,19 @@ static __always_inline void udp_read(struct sock *sk, int ret)
 	__u32 consumed, first;
 
 	f = bpf_sk_storage_get(&udp_fifos, sk, NULL, 0);
-	if (!f)
+	if (!f) {
+		/* No FIFO: no sk_data_ready of this socket has run since we
+		 * attached — the datagram read arrived before, or its
+		 * sk_data_ready comes after the read (6.18 runs it after a
+		 * batch of enqueues, which a reader on another CPU may empty
+		 * first). Counted as a read that raced its datagram, like
+		 * one that finds the FIFO empty, where sk_data_ready would
+		 * have made a FIFO (selected namespaces, or all with read
+		 * wait). */
+		if (ret >= 0 && (read_wait || netns_allowed(sk_netns(sk))))
+			count(HOOK_UDP_SOCK_READ, REASON_READ_UNTRACKED);
 		return;
+	}
 	/* recvmsg takes from reader_queue, refilled from sk_receive_queue. */
 	head = queue_head(__builtin_preserve_access_index(&up->reader_queue));
 	if (!head)
