@@ -78,7 +78,7 @@ var (
 	// bug that only our use of BPF reaches is ours to know about: 7.2's
 	// socket storage iterator oopsed under churn, with bpf_seq_read, not
 	// our program, on the trace.
-	OurFrame = regexp.MustCompile(`RIP: [0-9a-f]{4}:bpf_(prog_|trampoline_|seq_read)|\]\s+bpf_(prog_|trampoline_|seq_read)|^\s+bpf_(prog_|trampoline_|seq_read)`)
+	OurFrame = regexp.MustCompile(`(?:RIP: [0-9a-f]{4}:|\]\s+|^\s+)bpf_(?:prog_|trampoline_|seq_read)`)
 )
 
 // IsStall reports whether a console line opens a stall report.
