@@ -321,8 +321,9 @@ func TestReadWaitUDP(t *testing.T) {
 		readers[0].reads, slowGot, readers[1].reads, fastA, fastB, untracked)
 	if readers[0].reads != rwMessages || slowGot.samples > readers[0].reads || fastA.samples > readers[1].reads ||
 		slowGot.samples+fastA.samples+untracked != readers[0].reads+readers[1].reads {
-		t.Errorf("slow socket: %d samples of %d reads, fast socket: %d of %d, %d untracked: want every read a sample or untracked",
-			slowGot.samples, readers[0].reads, fastA.samples, readers[1].reads, untracked)
+		counters, _ := lt.Counters()
+		t.Errorf("slow socket: %d samples of %d reads, fast socket: %d of %d, %d untracked: want every read a sample or untracked (counters since start: %+v)",
+			slowGot.samples, readers[0].reads, fastA.samples, readers[1].reads, untracked, counters)
 	}
 	if fastA.samples != fastB.samples {
 		t.Errorf("fast socket's flows: %d and %d samples, want each the socket's", fastA.samples, fastB.samples)

@@ -260,6 +260,10 @@ static __always_inline void fifo_push(struct udp_fifo *f, const struct stamp *s)
  * namespace (selected), and fills the read FIFO for udp-socket-read. */
 static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, void *sentinel, bool selected)
 {
+	/* A reader splices sk_receive_queue onto reader_queue while this
+	 * walks without the queue's lock: the oldest skb's prev then points at
+	 * reader_queue's head, which is no skb either. */
+	void *reader_queue = __builtin_preserve_access_index(&((struct udp_sock *)sk)->reader_queue);
 	struct sk_buff *skb = tail;
 	struct stamp fresh[WALK_BACK];
 	struct udp_fifo *f;
@@ -272,7 +276,7 @@ static __always_inline void udp_enqueued(struct sock *sk, struct sk_buff *tail, 
 	 * enqueues per NUMA node), so look behind the tail for every skb newer
 	 * than the newest one already seen. */
 	for (int i = 0; i < WALK_BACK; i++) {
-		if ((void *)skb == sentinel || !skb)
+		if ((void *)skb == sentinel || (void *)skb == reader_queue || !skb)
 			break;
 		read_stamp(skb, &fresh[i]);
 		if (same_skb(&fresh[i], &f->newest))
