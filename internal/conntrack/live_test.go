@@ -83,7 +83,11 @@ func TestLiveCounters(t *testing.T) {
 			t.Fatal(err)
 		}
 		srttAfter, retransAfter := ssInfo(t, ss, p.PeerIP4.String(), local)
-		rs := find(snap.Records, func(r *conn.Record) bool { return r.Proto == "tcp" && r.LocalPort == local })
+		// By both ends: another package's test may hold the same local
+		// port towards another address.
+		rs := find(snap.Records, func(r *conn.Record) bool {
+			return r.Proto == "tcp" && r.LocalPort == local && r.RemoteAddr == p.PeerIP4
+		})
 		if len(rs) != 1 {
 			t.Fatalf("%d records of the sending socket, want 1:\n%s", len(rs), dump(snap.Records))
 		}
