@@ -10,8 +10,8 @@ import (
 // refreshClock stores what turns the BPF programs' clock into
 // CLOCK_REALTIME, the clock of RX stamps: CLOCK_TAI - CLOCK_REALTIME when
 // they read bpf_ktime_get_tai_ns (subtracted), else CLOCK_REALTIME -
-// CLOCK_MONOTONIC for bpf_ktime_get_ns (added). The latter follows NTP's
-// slewing only at each refresh.
+// CLOCK_MONOTONIC for bpf_ktime_get_ns (added). The latter follows a stepped
+// clock only at each refresh (NTP slewing moves both clocks alike).
 func (t *Tracer) refreshClock() error {
 	offsetOf := monotonicToRealtime
 	if t.taiClock {
