@@ -77,15 +77,19 @@ func ReadDatagrams(t testing.TB, c, srv *net.UDPConn, n int, readDelay time.Dura
 
 // TCPToHost opens a connection from the peer to a listener of ours and sends
 // n messages; each is read (after readDelay) and acknowledged with one byte
-// before the next is sent, so each is one segment and one read.
-func (p *Peer) TCPToHost(t testing.TB, f Family, n int, readDelay time.Duration) {
+// before the next is sent, so each is one segment and one read. It returns
+// the longest exchange, an upper bound for any of those reads' waits.
+func (p *Peer) TCPToHost(t testing.TB, f Family, n int, readDelay time.Duration) (longest time.Duration) {
 	t.Helper()
 	ours, peers := p.TCPFromPeer(t, f)
 	defer peers.Close()
 	defer ours.Close()
 	for range n {
+		start := time.Now()
 		Exchange(t, ours, peers, readDelay)
+		longest = max(longest, time.Since(start))
 	}
+	return longest
 }
 
 // TCPFromPeer opens a connection from the peer to a listener of ours over
