@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -495,7 +496,11 @@ func TestLatencyAt(t *testing.T) {
 
 	t.Run("category", func(t *testing.T) {
 		var stderr bytes.Buffer
-		cmd := exec.Command(bin, "latency", "--at", "tracepoint:skb:netif_receive_skb")
+		// Accepted, it would run until stopped (as it did where tracefs
+		// was not mounted yet): the deadline turns that into a failure.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "latency", "--at", "tracepoint:skb:netif_receive_skb")
 		cmd.Stderr = &stderr
 		err := cmd.Run()
 		want := `invalid --at "tracepoint:skb:netif_receive_skb": tracepoint netif_receive_skb is in category net, not skb`

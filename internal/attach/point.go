@@ -195,10 +195,12 @@ var tracefsEvents = []string{tracefs + "/events", "/sys/kernel/debug/tracing/eve
 
 // checkCategory compares a tracepoint's category with tracefs, which
 // lists each trace event under its category (BTF knows tracepoints by name
-// only). It says nothing when tracefs cannot tell: not mounted, or not
+// only), mounting it first where it is not (a freshly booted host, as
+// root). It says nothing when tracefs cannot tell: not mountable or not
 // readable by this process (only root may), or a bare tracepoint that has
 // no trace event in any category.
 func checkCategory(p Point) error {
+	_ = mountTracefs() // a failure leaves tracefs unreadable, which is said below
 	for _, dir := range tracefsEvents {
 		if _, err := os.Stat(filepath.Join(dir, p.Category, p.Name)); err == nil {
 			return nil
