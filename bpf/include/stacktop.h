@@ -171,6 +171,7 @@ struct tcp_sock {
 	u32 rcv_wup;
 	u32 rcv_wnd;
 	u32 rcv_ooopack;
+	u64 tcp_clock_cache; /* CLOCK_MONOTONIC ns of the socket's last tcp_mstamp_refresh() */
 	struct rb_root out_of_order_queue;
 	struct sk_buff *ooo_last_skb;
 };

@@ -7,22 +7,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// refreshClock stores what turns the BPF programs' clock into
-// CLOCK_REALTIME, the clock of RX stamps: CLOCK_TAI - CLOCK_REALTIME when
-// they read bpf_ktime_get_tai_ns (subtracted), else CLOCK_REALTIME -
-// CLOCK_MONOTONIC for bpf_ktime_get_ns (added). The latter follows a stepped
-// clock only at each refresh (NTP slewing moves both clocks alike).
+// refreshClock stores what turns the BPF programs' clocks into
+// CLOCK_REALTIME, the clock of RX stamps: for bpf_ktime_get_tai_ns CLOCK_TAI
+// - CLOCK_REALTIME (subtracted), for bpf_ktime_get_ns and a TCP socket's
+// tcp_clock_cache CLOCK_REALTIME - CLOCK_MONOTONIC (added). The latter
+// follows a stepped clock only at each refresh (NTP slewing moves both
+// clocks alike).
 func (t *Tracer) refreshClock() error {
-	offsetOf := monotonicToRealtime
-	if t.taiClock {
-		offsetOf = taiToRealtime
-	}
-	offset, err := offsetOf()
+	monotonic, err := monotonicToRealtime()
 	if err != nil {
 		return err
 	}
-	if err := t.objs.ClockOffset.Put(uint32(0), offset); err != nil {
-		return fmt.Errorf("storing the clock offset: %w", err)
+	helper := monotonic
+	if t.taiClock {
+		if helper, err = taiToRealtime(); err != nil {
+			return err
+		}
+	}
+	for clock, offset := range map[latencyClock]int64{
+		latencyClockCLOCK_OF_HELPER:    helper,
+		latencyClockCLOCK_OF_TCP_CACHE: monotonic,
+	} {
+		if err := t.objs.ClockOffset.Put(clock, offset); err != nil {
+			return fmt.Errorf("storing the clock offset: %w", err)
+		}
 	}
 	return nil
 }

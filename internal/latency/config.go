@@ -111,10 +111,17 @@ func trailMask(cfg Config) uint32 {
 	return 0
 }
 
+// kernelFacts are what the running kernel offers the programs, as configure
+// writes it into the object (see bpf/record.h).
+type kernelFacts struct {
+	taiClock         bool // bpf_ktime_get_tai_ns
+	skStorageTracing bool // bpf_sk_storage_get in tracing programs
+	tcpReadClock     bool // tcpReadClock()
+}
+
 // configure writes cfg into the BPF object before it is loaded: constants
-// the verifier can prune on, and map sizes. taiClock and skStorageTracing
-// say what the kernel offers tracing programs (see bpf/latency.bpf.c).
-func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock, skStorageTracing bool) error {
+// the verifier can prune on, and map sizes.
+func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, kernel kernelFacts) error {
 	var s latencySpecs
 	if err := spec.Assign(&s); err != nil {
 		return err
@@ -123,8 +130,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		v     *ebpf.VariableSpec
 		value any
 	}{
-		{s.TaiClock, taiClock},
-		{s.SkStorageInTracing, skStorageTracing},
+		{s.TaiClock, kernel.taiClock},
+		{s.SkStorageInTracing, kernel.skStorageTracing},
+		{s.TcpReadClock, kernel.tcpReadClock},
 		{s.NetnsInum, netnsInum},
 		{s.MinQueueLen, cfg.MinQueueLen},
 		{s.FilterPid, len(cfg.PIDs) > 0},
@@ -166,7 +174,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, netnsInum uint32, taiClock
 		s.SlowTrails.MaxEntries = trailMask(cfg) + 1
 	}
 	s.ReadWaits.MaxEntries = readWaitSockets(cfg)
-	if skStorageTracing {
+	if kernel.skStorageTracing {
 		s.TcpStatesBySock.MaxEntries = 1 // unused
 	}
 	return nil

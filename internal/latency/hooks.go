@@ -7,7 +7,7 @@
 // bpf/latency.bpf.c.
 package latency
 
-//go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value -type slow_event latency bpf/latency.bpf.c
+//go:generate go tool bpf2go -target bpfel -type hook -type reason -type backend -type hist_key -type hist_value -type slow_event -type clock -type read_clock_sample latency bpf/latency.bpf.c
 
 import (
 	"fmt"

@@ -20,6 +20,14 @@ const (
 	latencyBackendBACKEND_FENTRY     latencyBackend = 2
 )
 
+type latencyClock uint32
+
+const (
+	latencyClockCLOCK_OF_HELPER    latencyClock = 0
+	latencyClockCLOCK_OF_TCP_CACHE latencyClock = 1
+	latencyClockN_CLOCKS           latencyClock = 2
+)
+
 type latencyEnqueuedTail struct {
 	_      structs.HostLayout
 	Skb    uint64
@@ -68,6 +76,13 @@ type latencyPendingRead struct {
 	}
 	Skip bool
 	_    [7]byte
+}
+
+type latencyReadClockSample struct {
+	_       structs.HostLayout
+	Age     uint64
+	SegsOut uint32
+	Pad     uint32
 }
 
 type latencyReadWait struct {
@@ -182,6 +197,7 @@ const (
 	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
 	latencyMapPidFilter                   = "pid_filter"
+	latencyMapReadClockSamples            = "read_clock_samples"
 	latencyMapReadWaitEpoch               = "read_wait_epoch"
 	latencyMapReadWaits                   = "read_waits"
 	latencyMapSlowBudgets                 = "slow_budgets"
@@ -202,11 +218,13 @@ const (
 	latencyProgFentryTcpV6Rcv             = "fentry_tcp_v6_rcv"
 	latencyProgFentryUdpRcv               = "fentry_udp_rcv"
 	latencyProgFentryUdpv6Rcv             = "fentry_udpv6_rcv"
+	latencyProgFexitReadClockCheck        = "fexit_read_clock_check"
 	latencyProgFexitTcpQueueRcv           = "fexit_tcp_queue_rcv"
 	latencyProgFexitUdpEnqueueScheduleSkb = "fexit_udp_enqueue_schedule_skb"
 	latencyProgNfIpStart                  = "nf_ip_start"
 	latencyProgNfL4Start                  = "nf_l4_start"
 	latencyProgTpAt                       = "tp_at"
+	latencyProgTpReadClockCheck           = "tp_read_clock_check"
 	latencyProgTpSkDataReady              = "tp_sk_data_ready"
 	latencyProgTpSkbCopyDatagramIovec     = "tp_skb_copy_datagram_iovec"
 	latencyProgTpSockRecvLength           = "tp_sock_recv_length"
@@ -223,6 +241,8 @@ const (
 	latencyVarIncludeHolBlocked           = "include_hol_blocked"
 	latencyVarMinQueueLen                 = "min_queue_len"
 	latencyVarNetnsInum                   = "netns_inum"
+	latencyVarReadClockLport              = "read_clock_lport"
+	latencyVarReadClockRport              = "read_clock_rport"
 	latencyVarReadIfindex                 = "read_ifindex"
 	latencyVarReadWait                    = "read_wait"
 	latencyVarReadWaitCookieHelper        = "read_wait_cookie_helper"
@@ -232,6 +252,7 @@ const (
 	latencyVarSlowLimit                   = "slow_limit"
 	latencyVarSlowNs                      = "slow_ns"
 	latencyVarTaiClock                    = "tai_clock"
+	latencyVarTcpReadClock                = "tcp_read_clock"
 	latencyVarTrailMask                   = "trail_mask"
 )
 
@@ -286,11 +307,13 @@ type latencyProgramSpecs struct {
 	FentryTcpV6Rcv             *ebpf.ProgramSpec `ebpf:"fentry_tcp_v6_rcv"`
 	FentryUdpRcv               *ebpf.ProgramSpec `ebpf:"fentry_udp_rcv"`
 	FentryUdpv6Rcv             *ebpf.ProgramSpec `ebpf:"fentry_udpv6_rcv"`
+	FexitReadClockCheck        *ebpf.ProgramSpec `ebpf:"fexit_read_clock_check"`
 	FexitTcpQueueRcv           *ebpf.ProgramSpec `ebpf:"fexit_tcp_queue_rcv"`
 	FexitUdpEnqueueScheduleSkb *ebpf.ProgramSpec `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
 	TpAt                       *ebpf.ProgramSpec `ebpf:"tp_at"`
+	TpReadClockCheck           *ebpf.ProgramSpec `ebpf:"tp_read_clock_check"`
 	TpSkDataReady              *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.ProgramSpec `ebpf:"tp_sock_recv_length"`
@@ -309,6 +332,7 @@ type latencyMapSpecs struct {
 	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
+	ReadClockSamples *ebpf.MapSpec `ebpf:"read_clock_samples"`
 	ReadWaitEpoch    *ebpf.MapSpec `ebpf:"read_wait_epoch"`
 	ReadWaits        *ebpf.MapSpec `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.MapSpec `ebpf:"slow_budgets"`
@@ -339,6 +363,8 @@ type latencyVariableSpecs struct {
 	IncludeHolBlocked    *ebpf.VariableSpec `ebpf:"include_hol_blocked"`
 	MinQueueLen          *ebpf.VariableSpec `ebpf:"min_queue_len"`
 	NetnsInum            *ebpf.VariableSpec `ebpf:"netns_inum"`
+	ReadClockLport       *ebpf.VariableSpec `ebpf:"read_clock_lport"`
+	ReadClockRport       *ebpf.VariableSpec `ebpf:"read_clock_rport"`
 	ReadIfindex          *ebpf.VariableSpec `ebpf:"read_ifindex"`
 	ReadWait             *ebpf.VariableSpec `ebpf:"read_wait"`
 	ReadWaitCookieHelper *ebpf.VariableSpec `ebpf:"read_wait_cookie_helper"`
@@ -348,6 +374,7 @@ type latencyVariableSpecs struct {
 	SlowLimit            *ebpf.VariableSpec `ebpf:"slow_limit"`
 	SlowNs               *ebpf.VariableSpec `ebpf:"slow_ns"`
 	TaiClock             *ebpf.VariableSpec `ebpf:"tai_clock"`
+	TcpReadClock         *ebpf.VariableSpec `ebpf:"tcp_read_clock"`
 	TrailMask            *ebpf.VariableSpec `ebpf:"trail_mask"`
 }
 
@@ -380,6 +407,7 @@ type latencyMaps struct {
 	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
+	ReadClockSamples *ebpf.Map `ebpf:"read_clock_samples"`
 	ReadWaitEpoch    *ebpf.Map `ebpf:"read_wait_epoch"`
 	ReadWaits        *ebpf.Map `ebpf:"read_waits"`
 	SlowBudgets      *ebpf.Map `ebpf:"slow_budgets"`
@@ -404,6 +432,7 @@ func (m *latencyMaps) Close() error {
 		m.HookHists,
 		m.IfindexFilter,
 		m.PidFilter,
+		m.ReadClockSamples,
 		m.ReadWaitEpoch,
 		m.ReadWaits,
 		m.SlowBudgets,
@@ -435,6 +464,8 @@ type latencyVariables struct {
 	IncludeHolBlocked    *ebpf.Variable `ebpf:"include_hol_blocked"`
 	MinQueueLen          *ebpf.Variable `ebpf:"min_queue_len"`
 	NetnsInum            *ebpf.Variable `ebpf:"netns_inum"`
+	ReadClockLport       *ebpf.Variable `ebpf:"read_clock_lport"`
+	ReadClockRport       *ebpf.Variable `ebpf:"read_clock_rport"`
 	ReadIfindex          *ebpf.Variable `ebpf:"read_ifindex"`
 	ReadWait             *ebpf.Variable `ebpf:"read_wait"`
 	ReadWaitCookieHelper *ebpf.Variable `ebpf:"read_wait_cookie_helper"`
@@ -444,6 +475,7 @@ type latencyVariables struct {
 	SlowLimit            *ebpf.Variable `ebpf:"slow_limit"`
 	SlowNs               *ebpf.Variable `ebpf:"slow_ns"`
 	TaiClock             *ebpf.Variable `ebpf:"tai_clock"`
+	TcpReadClock         *ebpf.Variable `ebpf:"tcp_read_clock"`
 	TrailMask            *ebpf.Variable `ebpf:"trail_mask"`
 }
 
@@ -460,11 +492,13 @@ type latencyPrograms struct {
 	FentryTcpV6Rcv             *ebpf.Program `ebpf:"fentry_tcp_v6_rcv"`
 	FentryUdpRcv               *ebpf.Program `ebpf:"fentry_udp_rcv"`
 	FentryUdpv6Rcv             *ebpf.Program `ebpf:"fentry_udpv6_rcv"`
+	FexitReadClockCheck        *ebpf.Program `ebpf:"fexit_read_clock_check"`
 	FexitTcpQueueRcv           *ebpf.Program `ebpf:"fexit_tcp_queue_rcv"`
 	FexitUdpEnqueueScheduleSkb *ebpf.Program `ebpf:"fexit_udp_enqueue_schedule_skb"`
 	NfIpStart                  *ebpf.Program `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.Program `ebpf:"nf_l4_start"`
 	TpAt                       *ebpf.Program `ebpf:"tp_at"`
+	TpReadClockCheck           *ebpf.Program `ebpf:"tp_read_clock_check"`
 	TpSkDataReady              *ebpf.Program `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
 	TpSockRecvLength           *ebpf.Program `ebpf:"tp_sock_recv_length"`
@@ -481,11 +515,13 @@ func (p *latencyPrograms) Close() error {
 		p.FentryTcpV6Rcv,
 		p.FentryUdpRcv,
 		p.FentryUdpv6Rcv,
+		p.FexitReadClockCheck,
 		p.FexitTcpQueueRcv,
 		p.FexitUdpEnqueueScheduleSkb,
 		p.NfIpStart,
 		p.NfL4Start,
 		p.TpAt,
+		p.TpReadClockCheck,
 		p.TpSkDataReady,
 		p.TpSkbCopyDatagramIovec,
 		p.TpSockRecvLength,

@@ -45,8 +45,10 @@ type Tracer struct {
 	backend  features.Backend
 	at       []At // hooks numHooks and up
 	taiClock bool // bpf_ktime_get_tai_ns is available
-	scope    netnsScope
-	rxStamps *rxTimestamping
+	// tcpReadClock: TCP reads take "now" from the socket (tcpReadClock)
+	tcpReadClock bool
+	scope        netnsScope
+	rxStamps     *rxTimestamping
 
 	mapsMu  sync.RWMutex // Read and Counters against close
 	cgroups *cgroupNamer
@@ -176,12 +178,15 @@ func open(cfg Config) (_ *Tracer, err error) {
 	if cfg.SampleEvery > 1 {
 		t.sampleEvery = cfg.SampleEvery
 	}
+	// Checked only where a TCP read is recorded: the check costs a pause.
+	t.tcpReadClock = (cfg.Hooks.Has(TCPSocketRead) || cfg.ReadWait) && tcpReadClock().cached
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
-	if err := configure(spec, cfg, t.scope.bpfFilter(), t.taiClock, features.Check(features.SkStorageBTF).OK); err != nil {
+	if err := configure(spec, cfg, t.scope.bpfFilter(), kernelFacts{taiClock: t.taiClock, tcpReadClock: t.tcpReadClock,
+		skStorageTracing: features.Check(features.SkStorageBTF).OK}); err != nil {
 		return nil, err
 	}
 	scope := attach.Netns{Own: own, Members: t.scope.members, Follow: cfg.Netns == AllNetns}

@@ -139,6 +139,62 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* ---- the start-up check behind tcp_read_clock (readclock.go) ---- */
+
+/* The connection whose reads the check looks at: the ports of its reading
+ * end, local and remote (in host order). Ports, not the task: a task's id in
+ * a PID namespace is not the kernel's. */
+volatile const __u16 read_clock_lport = 0;
+volatile const __u16 read_clock_rport = 0;
+
+/* What tp_read_clock_check saw when that task's last TCP read returned. */
+struct read_clock_sample {
+	__u64 age;      /* ns since tcp_clock_cache's time */
+	__u32 segs_out; /* the socket's segments sent so far, ACKs included */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct read_clock_sample);
+} read_clock_samples SEC(".maps");
+
+static __always_inline void read_clock_check(struct sock *sk)
+{
+	struct read_clock_sample *sample;
+	struct tcp_sock *tp;
+	__u32 zero = 0;
+
+	if (sk->__sk_common.skc_num != read_clock_lport || sk->__sk_common.skc_dport != bpf_htons(read_clock_rport))
+		return;
+	tp = bpf_skc_to_tcp_sock(sk);
+	sample = bpf_map_lookup_elem(&read_clock_samples, &zero);
+	if (!tp || !sample)
+		return;
+	sample->age = bpf_ktime_get_ns() - tp->tcp_clock_cache;
+	sample->segs_out = tp->segs_out;
+}
+
+/* A read that returns nothing (EAGAIN before the data is there) writes a
+ * sample too: the one the check reads is the last read's, which returned. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(tp_read_clock_check, struct sock *sk)
+{
+	read_clock_check(sk);
+	return 0;
+}
+
+/* Where sock_recv_length is missing (before 6.4); the arguments after sk
+ * changed in 5.19, and the check reads none of them. */
+SEC("fexit/tcp_recvmsg")
+int BPF_PROG(fexit_read_clock_check, struct sock *sk)
+{
+	read_clock_check(sk);
+	return 0;
+}
+
 /* ---- fentry/fexit backend: netstacklat's attachment points ---- */
 
 /* ip-start, tcp-start, udp-start: the skb entering IP, TCP or UDP. */

@@ -81,6 +81,10 @@ volatile const bool include_hol_blocked = false;
 volatile const __u32 sample_threshold = 0;
 /* bpf_ktime_get_tai_ns exists (6.1+); else "now" is monotonic + offset. */
 volatile const bool tai_clock = true;
+/* The kernel refreshes a TCP socket's tcp_clock_cache at every copy of a
+ * read (up to 6.18; checked at start-up, readclock.go): a TCP read's "now"
+ * is that field, no clock read. */
+volatile const bool tcp_read_clock = false;
 /* Tracing programs may use sk_storage (5.11+); else a hash keyed by socket. */
 volatile const bool sk_storage_in_tracing = true;
 
@@ -135,16 +139,24 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* The clocks "now" is read from: each has its offset in clock_offset. */
+enum clock {
+	CLOCK_OF_HELPER,    /* bpf_ktime_get_tai_ns, or bpf_ktime_get_ns before 6.1 */
+	CLOCK_OF_TCP_CACHE, /* a TCP socket's tcp_clock_cache (CLOCK_MONOTONIC) */
+	N_CLOCKS,
+};
+
 /*
- * With tai_clock: CLOCK_TAI - CLOCK_REALTIME in ns, from adjtimex. Without
- * (no bpf_ktime_get_tai_ns before 6.1): CLOCK_REALTIME - CLOCK_MONOTONIC.
+ * What turns each clock into CLOCK_REALTIME, in ns. CLOCK_OF_HELPER: with
+ * tai_clock CLOCK_TAI - CLOCK_REALTIME from adjtimex (subtracted), else
+ * CLOCK_REALTIME - CLOCK_MONOTONIC (added); CLOCK_OF_TCP_CACHE: the latter.
  * Refreshed by user space so a leap second, an NTP-set TAI offset or a
  * stepped clock does not skew every sample.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
+	__uint(max_entries, N_CLOCKS);
+	__type(key, enum clock);
 	__type(value, __s64);
 } clock_offset SEC(".maps");
 
@@ -219,17 +231,40 @@ static __always_inline void count(__u32 hook, __u32 reason)
 		(*v)++;
 }
 
+static __always_inline __s64 clock_offset_of(enum clock c)
+{
+	__s64 *off = bpf_map_lookup_elem(&clock_offset, &c);
+
+	return off ? *off : 0;
+}
+
 static __always_inline __s64 realtime_now(void)
 {
-	__u32 key = 0;
-	__s64 *off = bpf_map_lookup_elem(&clock_offset, &key);
-	__s64 offset = off ? *off : 0;
+	__s64 offset = clock_offset_of(CLOCK_OF_HELPER);
 
 	/* The verifier drops the branch not taken, so kernels without the
 	 * TAI helper never see the call. */
 	if (tai_clock)
 		return bpf_ktime_get_tai_ns() - offset;
 	return bpf_ktime_get_ns() + offset;
+}
+
+/*
+ * read_now is "now" for a read of sk recorded at hook, in the reading task:
+ * for a TCP read with tcp_read_clock, the time of the read's last copy,
+ * which tcp_recvmsg has just written to a line of the socket it holds —
+ * 64-512 ns before the read returns (docs/LATENCY.md, "A TCP read without a
+ * clock read"): a clock read less per read, ~44 ns here.
+ */
+static __always_inline __s64 read_now(__u32 hook, const struct sock *sk)
+{
+	if (tcp_read_clock && hook == HOOK_TCP_SOCK_READ) {
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+
+		if (tp)
+			return tp->tcp_clock_cache + clock_offset_of(CLOCK_OF_TCP_CACHE);
+	}
+	return realtime_now();
 }
 
 /*
@@ -337,7 +372,7 @@ static __always_inline __s64 record(__u32 hook, const struct stamp *s, __u64 cgr
 		count(hook, s->skip);
 		return -1;
 	}
-	now = realtime_now();
+	now = in_task ? read_now(hook, sk) : realtime_now();
 	if (s->tstamp > now) {
 		count(hook, REASON_FUTURE_STAMP);
 		return -1;

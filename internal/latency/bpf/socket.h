@@ -181,7 +181,7 @@ static __always_inline void read_wait_unselected(__u32 hook, struct sock *sk, co
 {
 	__s64 lat;
 
-	if (read_wait && !s->skip && (lat = realtime_now() - s->tstamp) >= 0)
+	if (read_wait && !s->skip && (lat = read_now(hook, sk) - s->tstamp) >= 0)
 		read_wait_add(hook, sk, lat);
 }
 
