@@ -37,14 +37,16 @@ accepted it and, if not, the error it answered with.`,
 			}
 			rep := features.Detect()
 			hooks := probeHooks()
+			readClock := latency.TCPReadClock()
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(struct {
 					*features.Report
-					Hooks map[string][]features.Choice `json:"hooks"`
-				}{rep, hooks})
+					Hooks        map[string][]features.Choice `json:"hooks"`
+					TCPReadClock string                       `json:"tcp_read_clock"`
+				}{rep, hooks, readClock})
 			}
 			fmt.Fprintf(out, "kernel %s\n\n", rep.Kernel)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -59,7 +61,11 @@ accepted it and, if not, the error it answered with.`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			return writeHookChoices(out, hooks)
+			if err := writeHookChoices(out, hooks); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")

@@ -60,7 +60,7 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, name := range []string{"btf", "fentry", "tp_btf", "netfilter_link", "ringbuf", "sk_storage"} {
+	for _, name := range []string{"btf", "fentry", "tp_btf", "netfilter_link", "ringbuf", "sk_storage", "tcp-socket-read clock:"} {
 		if !strings.Contains(out, "\n"+name+" ") {
 			t.Errorf("doctor output lacks %s:\n%s", name, out)
 		}
