@@ -45,7 +45,7 @@ accepted it and, if not, the error it answered with.`,
 				return enc.Encode(struct {
 					*features.Report
 					Hooks        map[string][]features.Choice `json:"hooks"`
-					TCPReadClock string                       `json:"tcp_read_clock"`
+					TCPReadClock latency.ReadClock            `json:"tcp_read_clock"`
 				}{rep, hooks, readClock})
 			}
 			fmt.Fprintf(out, "kernel %s\n\n", rep.Kernel)
@@ -64,7 +64,7 @@ accepted it and, if not, the error it answered with.`,
 			if err := writeHookChoices(out, hooks); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock)
+			_, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why)
 			return err
 		},
 	}

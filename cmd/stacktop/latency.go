@@ -336,7 +336,7 @@ func listProbes(w io.Writer, cfg latency.Config) error {
 	if unprivileged != nil {
 		notes = append(notes, "backends unknown: they are learnt by attaching each probe, and "+unprivileged.Error())
 	} else if cfg.Hooks.Has(latency.TCPSocketRead) {
-		notes = append(notes, "tcp-socket-read: now is "+latency.TCPReadClock())
+		notes = append(notes, "tcp-socket-read: now is "+latency.TCPReadClock().Why)
 	}
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))

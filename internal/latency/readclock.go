@@ -11,10 +11,10 @@ import (
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// readClock is where a TCP read's "now" comes from.
-type readClock struct {
-	cached bool   // the socket's tcp_clock_cache (the BPF constant tcp_read_clock)
-	why    string // for -l
+// ReadClock is where a TCP read's "now" comes from on this kernel.
+type ReadClock struct {
+	Cached bool   `json:"cached"` // the socket's tcp_clock_cache (the BPF constant tcp_read_clock), else a clock read
+	Why    string `json:"why"`    // the check's finding
 }
 
 // tcpReadClock checks once per process whether a TCP read's "now" may be
@@ -26,21 +26,21 @@ type readClock struct {
 // version says too little (the change can be backported), so the kernel is
 // asked: see checkTCPReadClock. Any doubt keeps the clock read, which is
 // right everywhere.
-var tcpReadClock = sync.OnceValue(func() readClock {
+var tcpReadClock = sync.OnceValue(func() ReadClock {
 	fresh, err := checkTCPReadClock()
 	switch {
 	case err != nil:
 		slog.Info("TCP reads read the clock: the check of the socket's cached clock failed", "err", err)
-		return readClock{why: "a clock read per read: the check of the socket's cached clock failed: " + err.Error()}
+		return ReadClock{Why: "a clock read per read: the check of the socket's cached clock failed: " + err.Error()}
 	case !fresh:
-		return readClock{why: "a clock read per read: this kernel does not refresh the socket's cached clock (tcp_clock_cache) at reads"}
+		return ReadClock{Why: "a clock read per read: this kernel does not refresh the socket's cached clock (tcp_clock_cache) at reads"}
 	}
-	return readClock{cached: true, why: "the socket's cached clock (tcp_clock_cache), which this kernel refreshes at every copy of a read"}
+	return ReadClock{Cached: true, Why: "the socket's cached clock (tcp_clock_cache), which this kernel refreshes at every copy of a read"}
 })
 
 // TCPReadClock says where tcp-socket-read takes "now" from on this kernel,
 // checking it first if no tracer has (root only).
-func TCPReadClock() string { return tcpReadClock().why }
+func TCPReadClock() ReadClock { return tcpReadClock() }
 
 // Values of the check, chosen far apart: a refreshed field is well under a
 // millisecond old when the read returns (64-512 ns under load here, tens of

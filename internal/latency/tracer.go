@@ -179,7 +179,7 @@ func open(cfg Config) (_ *Tracer, err error) {
 		t.sampleEvery = cfg.SampleEvery
 	}
 	// Checked only where a TCP read is recorded: the check costs a pause.
-	t.tcpReadClock = (cfg.Hooks.Has(TCPSocketRead) || cfg.ReadWait) && tcpReadClock().cached
+	t.tcpReadClock = (cfg.Hooks.Has(TCPSocketRead) || cfg.ReadWait) && tcpReadClock().Cached
 	defer func() {
 		if err != nil {
 			t.close()

@@ -70,6 +70,7 @@ func Write(w io.Writer, command string, cols []Column) error {
 	writeKernels(w, cols, docs)
 	writeFeatures(w, cols, docs)
 	writeHooks(w, cols, docs)
+	writeReadClock(w, cols, docs)
 	writeSuites(w, cols)
 	writeRetried(w, cols)
 	return nil
@@ -186,6 +187,23 @@ func hookCell(d protocol.Doctor, hook string, n *notes) string {
 		return cell
 	}
 	return "—"
+}
+
+// writeReadClock says, per kernel, where tcp-socket-read takes "now" from
+// (doctor's tcp_read_clock): the socket's cached clock, or a clock read.
+func writeReadClock(w io.Writer, cols []Column, docs []protocol.Doctor) {
+	fmt.Fprintln(w, "## Clock of a TCP read")
+	fmt.Fprintln(w)
+	table(w, "probe", cols, []string{"tcp-socket-read"}, func(i int, _ string, n *notes) string {
+		switch c := docs[i].ReadClock; {
+		case c == nil:
+			return "—"
+		case c.Cached:
+			return "the socket's `tcp_clock_cache`"
+		default:
+			return "a clock read " + n.ref(c.Why)
+		}
+	})
 }
 
 func writeSuites(w io.Writer, cols []Column) {

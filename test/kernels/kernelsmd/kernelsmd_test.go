@@ -10,12 +10,12 @@ import (
 
 // doctor61 has a field doctor may grow ("hooks", under any name) and one
 // the tables do not use ("extra"), which must not break parsing.
-const doctor61 = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},
+const doctor61 = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},"tcp_read_clock":{"cached":true,"why":"cached"},
  "probes":[{"name":"fentry","ok":true},{"name":"netfilter_link","ok":false,"reason":"load: invalid argument"}],
  "hooks":[{"hook":"ip-start","backend":"fentry"},
           {"hook":"tcp-start","backend":"fentry","refused":[{"backend":"tracepoint","reason":"load: invalid argument"}]}]}`
 
-const doctorHost = `{"kernel":"6.18.0","hooks":{"top/stream":null},"probes":[{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"netfilter_link","ok":true},{"name":"iter_tcp","ok":false,"reason":"attach: EPERM"}]}`
+const doctorHost = `{"kernel":"6.18.0","tcp_read_clock":{"cached":false,"why":"a clock read per read: stale"},"hooks":{"top/stream":null},"probes":[{"name":"fentry","ok":false,"reason":"load: EPERM"},{"name":"netfilter_link","ok":true},{"name":"iter_tcp","ok":false,"reason":"attach: EPERM"}]}`
 
 func TestWriteTables(t *testing.T) {
 	res := &protocol.Result{
@@ -57,6 +57,9 @@ func TestWriteTables(t *testing.T) {
 		"- [2] auto chose fentry for all 2 hooks",
 		"- [3] unsupported: no netfilter link",
 		"- [4] not in the guest image: tmux (host-only tool)",
+		"| probe | 6.1 | host |",
+		"| tcp-socket-read | the socket's `tcp_clock_cache` | a clock read [1] |",
+		"- [1] a clock read per read: stale",
 		"## Guest boots that were retried",
 		"- 6.1, attempt 1: stray int3 trap from the kernel's live code patching under TCG: [ 12.5] Oops: int3: 0000 [#1]",
 	} {

@@ -49,6 +49,16 @@ type Doctor struct {
 	// Unprobed lists commands doctor reported no hook choices for (null:
 	// they failed before attaching anything), so the choices are incomplete.
 	Unprobed []string
+	// ReadClock is where tcp-socket-read takes its time from; nil from a
+	// doctor that does not say.
+	ReadClock *ReadClock
+}
+
+// ReadClock is doctor's tcp_read_clock: the socket's cached clock, or a
+// clock read per read and why.
+type ReadClock struct {
+	Cached bool   `json:"cached"`
+	Why    string `json:"why"`
 }
 
 // ParseDoctor reads doctor's JSON report.
@@ -71,6 +81,10 @@ func ParseDoctor(raw json.RawMessage) (Doctor, error) {
 		case "probes":
 			if err := json.Unmarshal(v, &d.Probes); err != nil {
 				return d, fmt.Errorf("doctor probes: %w", err)
+			}
+		case "tcp_read_clock":
+			if err := json.Unmarshal(v, &d.ReadClock); err != nil {
+				return d, fmt.Errorf("doctor tcp_read_clock: %w", err)
 			}
 		default:
 			d.Choices = append(d.Choices, choices("", v)...)

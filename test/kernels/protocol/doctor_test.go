@@ -13,7 +13,7 @@ const doctorJSON = `{"kernel":"6.1.0-50-cloud-amd64","extra":{"x":1},
  "choices":[{"hook":"ip-start","backend":"tracepoint"},
           {"hook":"tcp-start","backend":"tracepoint","refused":[{"backend":"fentry","reason":"load: EPERM"}]}]}`
 
-const doctorGrouped = `{"kernel":"5.10.0-32-cloud-amd64","probes":[],
+const doctorGrouped = `{"kernel":"5.10.0-32-cloud-amd64","probes":[],"tcp_read_clock":{"cached":true,"why":"refreshed"},
  "hooks":{"top/stream":null,
           "latency":[{"hook":"ip-start","backend":"fentry"},
                      {"hook":"udp-read","backend":"","refused":[{"backend":"fentry","reason":"ENOENT"}]}]}}`
@@ -39,6 +39,9 @@ func TestParseDoctorToleratesNewFields(t *testing.T) {
 	}
 	if len(g.Unprobed) != 1 || g.Unprobed[0] != "top/stream" {
 		t.Fatalf("unprobed %q", g.Unprobed)
+	}
+	if d.ReadClock != nil || g.ReadClock == nil || !g.ReadClock.Cached || g.ReadClock.Why != "refreshed" {
+		t.Fatalf("read clock %+v, %+v; want none, then cached", d.ReadClock, g.ReadClock)
 	}
 	g.Choices[1].Backend = "fentry"
 	if g.SameAsAuto("fentry") {
