@@ -45,10 +45,8 @@ type Tracer struct {
 	backend  features.Backend
 	at       []At // hooks numHooks and up
 	taiClock bool // bpf_ktime_get_tai_ns is available
-	// tcpReadClock: TCP reads take "now" from the socket (tcpReadClock)
-	tcpReadClock bool
-	scope        netnsScope
-	rxStamps     *rxTimestamping
+	scope    netnsScope
+	rxStamps *rxTimestamping
 
 	mapsMu  sync.RWMutex // Read and Counters against close
 	cgroups *cgroupNamer
@@ -179,13 +177,13 @@ func open(cfg Config) (_ *Tracer, err error) {
 		t.sampleEvery = cfg.SampleEvery
 	}
 	// Checked only where a TCP read is recorded: the check costs a pause.
-	t.tcpReadClock = (cfg.Hooks.Has(TCPSocketRead) || cfg.ReadWait) && tcpReadClock().Cached
+	readClock := (cfg.Hooks.Has(TCPSocketRead) || cfg.ReadWait) && tcpReadClock().Cached
 	defer func() {
 		if err != nil {
 			t.close()
 		}
 	}()
-	if err := configure(spec, cfg, t.scope.bpfFilter(), kernelFacts{taiClock: t.taiClock, tcpReadClock: t.tcpReadClock,
+	if err := configure(spec, cfg, t.scope.bpfFilter(), kernelFacts{taiClock: t.taiClock, tcpReadClock: readClock,
 		skStorageTracing: features.Check(features.SkStorageBTF).OK}); err != nil {
 		return nil, err
 	}

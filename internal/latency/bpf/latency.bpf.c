@@ -147,7 +147,7 @@ int BPF_PROG(tp_sock_recv_length, struct sock *sk, int ret, int flags)
 volatile const __u16 read_clock_lport = 0;
 volatile const __u16 read_clock_rport = 0;
 
-/* What tp_read_clock_check saw when that task's last TCP read returned. */
+/* What the check's program saw when that connection's last read returned. */
 struct read_clock_sample {
 	__u64 age;      /* ns since tcp_clock_cache's time */
 	__u32 segs_out; /* the socket's segments sent so far, ACKs included */
