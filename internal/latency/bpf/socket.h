@@ -332,20 +332,14 @@ static __always_inline __u32 ooo_high_water(struct tcp_sock *tp)
  * the highest sequence number those could cover. Such reads measure the
  * network's loss recovery, not the host, so they are excluded unless -y.
  */
-static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
+static __always_inline bool tcp_maybe_hol_blocked(struct tcp_sock *tp)
 {
-	/* The helper's result is a tcp_sock the verifier lets us load from
-	 * directly; a cast of sk would stop at struct sock. */
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	__u32 ooo = tp->rcv_ooopack;
 	struct tcp_state *st;
-	__u32 ooo;
 
-	if (!tp)
-		return false;
-	ooo = tp->rcv_ooopack;
 	if (ooo == 0)
 		return false;
-	st = tcp_state_of(sk);
+	st = tcp_state_of((struct sock *)tp);
 	if (!st)
 		return true;
 	if (ooo != st->ooo_seen) {
@@ -370,20 +364,28 @@ static __always_inline bool tcp_maybe_hol_blocked(struct sock *sk)
  * leaves head-of-line blocked reads out too. */
 static __always_inline void record_tcp_read(struct sock *sk, const struct stamp *s)
 {
+	struct tcp_sock *tp;
 	__u64 cgroup;
 	bool selected = read_selected(HOOK_TCP_SOCK_READ, sk, s, &cgroup);
 
 	if (!selected && !read_wait)
 		return;
-	if (!include_hol_blocked && tcp_maybe_hol_blocked(sk)) {
+	/* The head-of-line check and read_now load tcp_sock fields, past
+	 * struct sock: through the helper's result, which the verifier lets
+	 * them load from (a cast of sk would stop at struct sock). One call
+	 * for both, so from here the socket is tp. */
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	if (!include_hol_blocked && tcp_maybe_hol_blocked(tp)) {
 		if (selected)
 			count(HOOK_TCP_SOCK_READ, REASON_HOL_BLOCKED);
 		return;
 	}
 	if (selected)
-		record_read(HOOK_TCP_SOCK_READ, sk, s, cgroup);
+		record_read(HOOK_TCP_SOCK_READ, (struct sock *)tp, s, cgroup);
 	else
-		read_wait_unselected(HOOK_TCP_SOCK_READ, sk, s);
+		read_wait_unselected(HOOK_TCP_SOCK_READ, (struct sock *)tp, s);
 }
 
 /* tcp_read ends the task's pending read, and records it when it was a
