@@ -72,6 +72,33 @@ func Load(spec *ebpf.CollectionSpec, scope Netns) (*Engine, error) {
 	return &Engine{spec: spec, maps: coll.Maps, missing: missing, netns: scope}, nil
 }
 
+// Only is a copy of spec reduced to the programs of hooks (of every
+// backend), the maps they use and the global variables they read: an engine
+// Loaded from it creates no other map. A tool's object sizes its maps for
+// every CPU and the busiest host, which a program loaded for a moment, a
+// start-up check, should not allocate.
+func Only(spec *ebpf.CollectionSpec, hooks ...Hook) *ebpf.CollectionSpec {
+	one := spec.Copy()
+	programs := map[string]bool{}
+	for _, h := range hooks {
+		for _, b := range h.Backends {
+			for _, p := range b.Programs {
+				programs[p.Name] = true
+			}
+		}
+	}
+	maps.DeleteFunc(one.Programs, func(name string, _ *ebpf.ProgramSpec) bool { return !programs[name] })
+	used := map[string]bool{}
+	for _, p := range one.Programs {
+		for _, ins := range p.Instructions {
+			used[ins.Reference()] = true
+		}
+	}
+	maps.DeleteFunc(one.Maps, func(name string, _ *ebpf.MapSpec) bool { return !used[name] })
+	maps.DeleteFunc(one.Variables, func(_ string, v *ebpf.VariableSpec) bool { return !used[v.SectionName] })
+	return one
+}
+
 // AssignMaps sets every *ebpf.Map field of the struct to (a pointer to)
 // the map its `ebpf:"name"` tag names: to is a bpf2go <obj>Maps struct. A
 // map this kernel lacks stays nil. The maps stay the engine's: Close the

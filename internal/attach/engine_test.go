@@ -3,6 +3,7 @@ package attach
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -228,6 +229,61 @@ func TestRuntimeConstants(t *testing.T) {
 	}
 	if want := []string{"7 shared=false", "9 shared=false", "0 shared=true"}; !slices.Equal(got, want) {
 		t.Errorf("attached programs' .rodata: %v, want %v", got, want)
+	}
+}
+
+// TestOnly: a spec reduced to a hook's programs keeps the maps and the
+// variables they use, no others, and an engine loaded from it attaches the
+// hook.
+func TestOnly(t *testing.T) {
+	hook := func(programs ...string) Hook {
+		h := Hook{Name: "h", Backends: []Backend{{Backend: features.Tracepoint}}}
+		for _, p := range programs {
+			h.Backends[0].Programs = append(h.Backends[0].Programs, tracing(p))
+		}
+		return h
+	}
+	keys := func(m map[string]*ebpf.MapSpec) []string { return slices.Sorted(maps.Keys(m)) }
+	for _, tc := range []struct {
+		programs, maps []string
+		variables      int
+	}{
+		{[]string{progConst}, []string{mapRodata}, 1},
+		{[]string{progState, progOther}, []string{mapCounts}, 0},
+		{nil, nil, 0},
+	} {
+		one := Only(testSpec(), hook(tc.programs...))
+		if got := slices.Sorted(maps.Keys(one.Programs)); !slices.Equal(got, slices.Sorted(slices.Values(tc.programs))) {
+			t.Errorf("Only(%v): programs %v", tc.programs, got)
+		}
+		if got := keys(one.Maps); !slices.Equal(got, tc.maps) {
+			t.Errorf("Only(%v): maps %v, want %v", tc.programs, got, tc.maps)
+		}
+		if len(one.Variables) != tc.variables {
+			t.Errorf("Only(%v): %d variables, want %d", tc.programs, len(one.Variables), tc.variables)
+		}
+	}
+	if n := len(testSpec().Maps); n != 2 {
+		t.Fatalf("the test object has %d maps, want 2", n)
+	}
+
+	testenv.RequireRoot(t)
+	p := tracing(progConst)
+	p.Constants = map[string]any{varValue: uint64(7)}
+	h := Hook{Name: "h", Backends: []Backend{{Backend: features.Tracepoint, Programs: []Program{p}}}}
+	e, err := Load(Only(testSpec(), h), Netns{})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer e.Close()
+	if _, err := e.Attach(&h, features.Auto); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	var counts struct {
+		Counts *ebpf.Map `ebpf:"counts"`
+	}
+	if err := e.AssignMaps(&counts); err == nil {
+		t.Errorf("the engine has map %s, which the hook does not use", mapCounts)
 	}
 }
 

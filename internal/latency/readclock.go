@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/features"
 )
@@ -86,16 +88,18 @@ func checkTCPReadClock() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	engine, err := attach.Load(spec, attach.Netns{})
+	check := readClockCheck(port(server.LocalAddr()), port(server.RemoteAddr()))
+	engine, err := attach.Load(attach.Only(spec, check), attach.Netns{})
 	if err != nil {
 		return false, err
 	}
 	defer engine.Close()
-	var maps latencyMaps
+	var maps struct {
+		ReadClockSamples *ebpf.Map `ebpf:"read_clock_samples"`
+	}
 	if err := engine.AssignMaps(&maps); err != nil {
 		return false, err
 	}
-	check := readClockCheck(port(server.LocalAddr()), port(server.RemoteAddr()))
 	if _, err := engine.Attach(&check, features.Auto); err != nil {
 		return false, err
 	}
