@@ -72,7 +72,11 @@ func benchMain(ctx context.Context, args []string) error {
 	slog.Info("benchmark starting", "out", cfg.Out, "estimate", cfg.estimate().Round(time.Minute),
 		"suites", cfg.Suites, "tools", cfg.Tools)
 
-	env := tool.Env{Stacktop: cfg.Stacktop, Dir: cfg.Out, ServeAddr: cfg.servePort()}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := tool.Env{Stacktop: cfg.Stacktop, Bench: self, Dir: cfg.Out, ServeAddr: cfg.servePort()}
 	w, err := startWorkload(cfg)
 	if err != nil {
 		return err

@@ -43,6 +43,8 @@ func main() {
 		err = holdMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "churn":
 		err = churnMain(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "empty":
+		err = emptyMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "render":
 		err = renderMain(os.Args[2:])
 	default:

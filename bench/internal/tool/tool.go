@@ -33,6 +33,7 @@ var netstacklatBT []byte
 // Env is what every tool needs to run.
 type Env struct {
 	Stacktop  string         // path of the stacktop binary
+	Bench     string         // path of the harness binary, which the floor tools run
 	Dir       string         // scratch directory: logs, scripts
 	ServeAddr netip.AddrPort // where `stacktop serve` listens
 }
@@ -91,6 +92,17 @@ var Tools = []Tool{
 		Command: "serve", args: serve, scrape: true, ready: readyEndpoint},
 	{Name: "serve-readwait", About: "`stacktop serve --collector.read-wait`, /metrics scraped every second: read wait per process from the default probe's programs; not in the default `-tools`",
 		Command: "serve", args: serveReadWait, scrape: true, ready: readyEndpoint},
+	// The floor tools: empty programs at the hooks a tool's programs run
+	// at (tracepoint backend), RX timestamping on where the tool turns
+	// it on. What they cost no implementation at those hooks can save.
+	{Name: "empty-read", About: "empty programs where `latency-read` runs its two (raw tracepoints `skb_copy_datagram_iovec`, `sock_recv_length`), RX timestamping on: its floor; not in the default `-tools`",
+		args: empty("read"), ready: readyFirstReport, timestamping: true},
+	{Name: "empty-latency", About: "empty programs where `latency` runs its five (netfilter PRE_ROUTING and LOCAL_IN, `sk_data_ready`, the two of `empty-read`), RX timestamping on: its floor; not in the default `-tools`",
+		args: empty("netfilter", "enqueue", "read"), ready: readyFirstReport, timestamping: true},
+	{Name: "empty-udp", About: "empty `cgroup_skb` ingress and egress programs on the cgroup v2 root, where `stream` counts UDP when fentry is refused: its floor; not in the default `-tools`",
+		args: empty("udp"), ready: readyFirstReport},
+	{Name: "empty-serve", About: "the programs of `empty-read` and `empty-udp` together, RX timestamping on: `serve`'s floor; not in the default `-tools`",
+		args: empty("read", "udp"), ready: readyFirstReport, timestamping: true},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
 		args: bpftrace, timestamping: true},
 }
@@ -140,6 +152,13 @@ func serve(env Env) ([]string, error) {
 func serveReadWait(env Env) ([]string, error) {
 	args, err := serve(env)
 	return append(args, "--collector.read-wait"), err
+}
+
+// empty runs `bench empty` with the named hook sets (bench/empty.go).
+func empty(sets ...string) func(Env) ([]string, error) {
+	return func(env Env) ([]string, error) {
+		return []string{env.Bench, "empty", "-hooks", strings.Join(sets, ",")}, nil
+	}
 }
 
 func bpftrace(env Env) ([]string, error) {
