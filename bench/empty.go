@@ -9,9 +9,10 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/bench/internal/bpfobj"
 	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/cgroup"
 )
@@ -83,18 +84,28 @@ func cgroupSKB(at ebpf.AttachType) emptyHook {
 }
 
 func emptyMain(ctx context.Context, args []string) error {
+	known := strings.Join(slices.Sorted(maps.Keys(emptySets)), ", ")
 	fs := flag.NewFlagSet("empty", flag.ContinueOnError)
-	sets := fs.String("hooks", "", "hook sets: "+strings.Join(slices.Sorted(maps.Keys(emptySets)), ", "))
+	sets := fs.String("hooks", "", "hook sets: "+known)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if err == flag.ErrHelp {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("empty takes no arguments, not %q", fs.Args())}
 	}
 	var hooks []emptyHook
 	for name := range strings.SplitSeq(*sets, ",") {
 		set, ok := emptySets[name]
 		if !ok {
-			return usageError{fmt.Errorf("-hooks: no hook set %q (known: %s)", name, strings.Join(slices.Sorted(maps.Keys(emptySets)), ", "))}
+			return usageError{fmt.Errorf("-hooks: no hook set %q (known: %s)", name, known)}
 		}
 		hooks = append(hooks, set...)
+	}
+	if unix.Geteuid() != 0 {
+		return errNotRoot
 	}
 	var links []link.Link
 	defer func() {
@@ -103,10 +114,9 @@ func emptyMain(ctx context.Context, args []string) error {
 		}
 	}()
 	for _, h := range hooks {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "stb_empty", Type: h.typ, AttachType: h.attachType, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, h.result), asm.Return()}})
+		prog, err := bpfobj.LoadEmpty(h.typ, h.attachType, h.result)
 		if err != nil {
-			return fmt.Errorf("loading an empty program for %s: %w", h.name, err)
+			return fmt.Errorf("%s: %w", h.name, err)
 		}
 		l, err := h.attach(prog)
 		prog.Close() // the links hold it

@@ -180,16 +180,28 @@ type Empty struct {
 	link link.Link
 }
 
-// AttachEmpty attaches an empty program to the raw tracepoint tp.
-func AttachEmpty(tp string) (*Empty, error) {
+// LoadEmpty loads a program of type typ (expected at attach) that returns
+// result at once: 0 for tracing, 1 for cgroup_skb's "allow" and
+// netfilter's NF_ACCEPT.
+func LoadEmpty(typ ebpf.ProgramType, attach ebpf.AttachType, result int32) (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "stb_empty",
-		Type:         ebpf.RawTracepoint,
+		Type:         typ,
+		AttachType:   attach,
 		License:      "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, result), asm.Return()},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("loading the empty program: %w", err)
+		return nil, fmt.Errorf("loading an empty %s program: %w", typ, err)
+	}
+	return prog, nil
+}
+
+// AttachEmpty attaches an empty program to the raw tracepoint tp.
+func AttachEmpty(tp string) (*Empty, error) {
+	prog, err := LoadEmpty(ebpf.RawTracepoint, ebpf.AttachNone, 0)
+	if err != nil {
+		return nil, err
 	}
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp, Program: prog})
 	if err != nil {
