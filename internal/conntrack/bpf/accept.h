@@ -28,8 +28,10 @@ struct bpf_iter__task_file {
 /*
  * own_accepted gives an accepted socket that file holds the owner of task,
  * the process holding it, unless its entry has an owner of its own already.
- * The entry is keyed by the cookie its ESTABLISHED change generated, or by
- * its address (5.10, or a cookie generated later).
+ * A connecting socket (CONN_ACTIVE) is never one: its owner is the thread
+ * that called connect(), which its SYN_SENT change records. The entry is
+ * keyed by the cookie its ESTABLISHED change generated, or by its address
+ * (5.10, or a cookie generated later).
  */
 static __always_inline void own_accepted(struct task_struct___conns *task, struct file *file)
 {
@@ -43,7 +45,7 @@ static __always_inline void own_accepted(struct task_struct___conns *task, struc
 		key = (u64)sk;
 		c = bpf_map_lookup_elem(&conns, &key);
 	}
-	if (!c || c->sk != (u64)sk || (c->flags & CONN_OWNED))
+	if (!c || c->sk != (u64)sk || (c->flags & (CONN_OWNED | CONN_ACTIVE)))
 		return;
 	c->owner.pid = task->tgid;
 	c->owner.cgroup_id = task->cgroups->dfl_cgrp->kn->id;

@@ -121,8 +121,9 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
 	if (!tp)
 		return 0;
 	struct sock *sk = (void *)tp;
-	bool created = false;
-	tcp_entry(tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state, &created);
+	struct conn fresh = {};
+	tcp_new(&fresh, tp, tcp_key(sk), CONN_PARTIAL, sk->__sk_common.skc_state);
+	tcp_insert(&fresh, BPF_NOEXIST); /* a state change was first: it knows better */
 	return 0;
 }
 /*

@@ -122,35 +122,40 @@ static __always_inline bool active_guess(const struct conn *c)
 	return !bpf_map_lookup_elem(&listeners, &lk);
 }
 
-/* tcp_entry returns the socket's entry, creating it with flags if it has
- * none (*created tells); fin_state as for refresh(). */
-static __always_inline struct conn *tcp_entry(const struct tcp_sock *tp, u64 cookie, u8 flags, int fin_state,
-					      bool *created)
+/* tcp_new fills a new entry for the socket, not in the table yet, with
+ * flags; fin_state as for refresh(). */
+static __always_inline void tcp_new(struct conn *fresh, const struct tcp_sock *tp, u64 cookie, u8 flags,
+				    int fin_state)
 {
 	const struct sock *sk = (const void *)tp;
-	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
-	if (c)
-		return c;
-	/* User space reads the table while programs run: an entry is inserted
-	 * complete, never seen without its addresses and state. */
-	struct conn fresh = { .cookie = cookie, .sk = (u64)sk, .flags = flags };
-	read_tuple(&fresh, sk);
-	refresh(&fresh, tp, fin_state);
-	if ((flags & CONN_PARTIAL) && active_guess(&fresh))
-		fresh.flags |= CONN_ACTIVE;
-	fresh.state = sk->__sk_common.skc_state;
-	long err = bpf_map_update_elem(&conns, &cookie, &fresh, BPF_NOEXIST);
-	if (err == -EEXIST) /* another CPU created it first */
-		return bpf_map_lookup_elem(&conns, &cookie);
+
+	fresh->cookie = cookie;
+	fresh->sk = (u64)sk;
+	fresh->flags = flags;
+	read_tuple(fresh, sk);
+	refresh(fresh, tp, fin_state);
+	if ((flags & CONN_PARTIAL) && active_guess(fresh))
+		fresh->flags |= CONN_ACTIVE;
+	fresh->state = sk->__sk_common.skc_state;
+}
+
+/* tcp_insert puts a new entry into the table (how: BPF_NOEXIST or
+ * BPF_ANY), whole: user space reads the table while programs run, on other
+ * CPUs or (on 7.x) while a program is preempted, so an entry must never be
+ * seen before its addresses, state and owner are in. False if it is not
+ * in: the table is full (counted), or with BPF_NOEXIST it was there. */
+static __always_inline bool tcp_insert(const struct conn *fresh, u64 how)
+{
+	long err = bpf_map_update_elem(&conns, &fresh->cookie, fresh, how);
 	if (err) {
-		count_drop(DROP_MAP_FULL);
-		return NULL;
+		if (err != -EEXIST)
+			count_drop(DROP_MAP_FULL);
+		return false;
 	}
-	*created = true;
 	u8 one = 1;
-	if (!bpf_map_lookup_elem(&netns_new, &fresh.owner.netns))
-		bpf_map_update_elem(&netns_new, &fresh.owner.netns, &one, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&conns, &cookie);
+	if (!bpf_map_lookup_elem(&netns_new, &fresh->owner.netns))
+		bpf_map_update_elem(&netns_new, &fresh->owner.netns, &one, BPF_NOEXIST);
+	return true;
 }
 
 /* The ring's reader is woken only once this much waits in it: user space
@@ -232,49 +237,24 @@ static __always_inline bool marked(const struct sock *sk, int oldstate, int news
 	return true;
 }
 
-/* tcp_state_change records a TCP socket's move from oldstate to newstate
- * (a tracked_change) in the entry under cookie; false if it has none (the
- * table is full). */
-static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
-					     int newstate)
+/* apply_change applies a TCP socket's move from oldstate to newstate to its
+ * entry c, in the table or about to be inserted (tcp_new). */
+static __always_inline void apply_change(struct conn *c, int oldstate, int newstate)
 {
 	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
-	/* connect() and listen() start a socket's life in its process. */
+	/* connect() and listen() start a socket's life in its process;
+	 * close() and shutdown() move it into FIN_WAIT1 or LAST_ACK there:
+	 * an accepted socket that closes before a refresh ran conns_owners
+	 * (or where it is refused) learns its owner then. */
 	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
-	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
-	 * a move into TCP_CLOSE keeps what the state before it had queued. */
-	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
-				oldstate : newstate;
-	if (started) {
-		/* A socket reused after close (connect() again) ends its
-		 * previous connection here. */
-		struct conn *old = bpf_map_lookup_elem(&conns, &cookie);
-		if (old) {
-			if (old->flags & CONN_CLOSED)
-				report_closed(old);
-			bpf_map_delete_elem(&conns, &cookie);
-		}
-	}
-	u8 flags = newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL;
-	bool created = false;
-	struct conn *c = tcp_entry(tp, cookie, flags, fin_state, &created);
-	if (!c)
-		return false;
-	/* close() and shutdown() move a socket into FIN_WAIT1 or LAST_ACK
-	 * in its process: an accepted socket that closes before a refresh
-	 * ran conns_owners (or where it is refused) learns its owner here. */
 	bool closing = newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK;
+
 	if (started) {
 		set_owner(&c->owner);
 		c->flags |= CONN_OWNED;
 	} else if (closing && !(c->flags & CONN_OWNED)) {
 		set_process_owner(&c->owner);
 		c->flags |= CONN_OWNED;
-	}
-	if (!created) { /* a new entry has read both a moment ago */
-		if (newstate != TCP_CLOSE || !c->family)
-			read_tuple(c, sk);
-		refresh(c, tp, fin_state);
 	}
 	c->state = newstate; /* the socket's own field changes after the tracepoint */
 	struct listener_key lk = { .netns = c->owner.netns, .port = c->sport };
@@ -288,7 +268,7 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 			c->owner = *o;
 	}
 	if (newstate != TCP_CLOSE)
-		return true;
+		return;
 	/* What it wrote is final; what it reads is not yet: the application
 	 * may still read what is queued (the peer's FIN can complete the
 	 * close before that), so the entry is reported when the socket is
@@ -296,7 +276,45 @@ static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_s
 	c->flags |= CONN_CLOSED;
 	if (oldstate == TCP_LISTEN)
 		bpf_map_delete_elem(&listeners, &lk);
-	return true;
+}
+
+/* tcp_state_change records a TCP socket's move from oldstate to newstate
+ * (a tracked_change) in the entry under cookie; false if it has none (the
+ * table is full). */
+static __always_inline bool tcp_state_change(struct sock *sk, const struct tcp_sock *tp, u64 cookie, int oldstate,
+					     int newstate)
+{
+	bool started = newstate == TCP_SYN_SENT || newstate == TCP_LISTEN;
+	/* The FIN is queued right after the move into FIN_WAIT1 or LAST_ACK;
+	 * a move into TCP_CLOSE keeps what the state before it had queued. */
+	int fin_state = newstate == TCP_CLOSE || newstate == TCP_FIN_WAIT1 || newstate == TCP_LAST_ACK ?
+				oldstate : newstate;
+	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
+
+	if (c && started) {
+		/* A socket reused after close (connect() again) ends its
+		 * previous connection here. */
+		if (c->flags & CONN_CLOSED)
+			report_closed(c);
+		bpf_map_delete_elem(&conns, &cookie);
+		c = NULL;
+	}
+	if (c) {
+		if (newstate != TCP_CLOSE || !c->family)
+			read_tuple(c, sk);
+		refresh(c, tp, fin_state);
+		apply_change(c, oldstate, newstate);
+		return true;
+	}
+	bool accepted = oldstate == TCP_SYN_RECV && newstate == TCP_ESTABLISHED;
+	struct conn fresh = {};
+	tcp_new(&fresh, tp, cookie, newstate == TCP_SYN_SENT ? CONN_ACTIVE : started || accepted ? 0 : CONN_PARTIAL,
+		fin_state);
+	apply_change(&fresh, oldstate, newstate);
+	/* Changes of one socket are serialised: only conns_adopt, at
+	 * start-up, can have put a (partial) entry there since the lookup,
+	 * and this one is newer. */
+	return tcp_insert(&fresh, BPF_ANY);
 }
 
 /*
