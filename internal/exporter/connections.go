@@ -99,10 +99,15 @@ const otherLabel = "other"
 func (c *Connections) LimitSeries(n int) { c.maxGroups = n }
 
 // connKey identifies a connection across snapshots. The namespace is part of
-// it: containers reuse the same addresses, loopback above all.
+// it: containers reuse the same addresses, loopback above all. So is the
+// socket's cookie: a connection may reuse the addresses and ports of one
+// that closed a moment before (connect() takes over a TIME_WAIT socket's
+// port, on loopback within the same second), and both can be in one
+// snapshot, or the old one in the last, the new one in this.
 type connKey struct {
 	proto         string
 	netns         uint32
+	cookie        uint64
 	local, remote netip.AddrPort
 }
 
@@ -229,7 +234,7 @@ func (c *Connections) Add(s conn.Snapshot) {
 	c.live = c.live[:0]
 	for i := range s.Records {
 		r := &s.Records[i]
-		k := connKey{r.Proto, r.Netns, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
+		k := connKey{r.Proto, r.Netns, r.Cookie, netip.AddrPortFrom(r.LocalAddr, r.LocalPort), netip.AddrPortFrom(r.RemoteAddr, r.RemotePort)}
 		gk := c.groupKey(r, s.Time)
 		g := c.groups[gk]
 		if g == nil {

@@ -139,6 +139,29 @@ stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",name
 `, "stacktop_received_bytes_total")
 }
 
+// A connection that takes over the addresses and ports of one that just
+// closed (connect() reuses a TIME_WAIT socket's port) is another
+// connection: counted in full and as opened, not as the old one's growth.
+func TestReusedAddressesAreANewConnection(t *testing.T) {
+	c := NewConnections(0)
+	old, reuse := tcp(1000, conn.New, 0, 10), tcp(1000, conn.Closed, 0, 10)
+	old.Cookie, reuse.Cookie = 7, 8
+	c.Add(snap(0, old))
+	old.Event = conn.Closed
+	c.Add(snap(time.Second, old, reuse))
+	compare(t, connExporter(c), `
+# HELP stacktop_sent_bytes_total Bytes sent by sockets, per process name, cgroup and protocol.
+# TYPE stacktop_sent_bytes_total counter
+stacktop_sent_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 20
+# HELP stacktop_connections_opened_total Connections and UDP flows that started while stacktop ran.
+# TYPE stacktop_connections_opened_total counter
+stacktop_connections_opened_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 2
+# HELP stacktop_connections_closed_total Connections and UDP flows that ended while stacktop ran.
+# TYPE stacktop_connections_closed_total counter
+stacktop_connections_closed_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 2
+`, "stacktop_sent_bytes_total", "stacktop_connections_opened_total", "stacktop_connections_closed_total")
+}
+
 // Growth is credited to the process that owns the connection when it grows:
 // nothing is taken back from the previous owner.
 func TestOwnerChangeMovesOnlyNewGrowth(t *testing.T) {
