@@ -85,19 +85,37 @@ static __always_inline bool maybe_udp(struct __sk_buff *skb)
 static __always_inline void udp_account(struct flow_key *k, u64 cgroup_id, u64 payload, u64 packets, bool ingress)
 {
 	struct flow *f = bpf_map_lookup_elem(&flows, k);
+	struct owner *o;
+
 	if (!f) {
-		struct flow fresh = { .cgroup_id = cgroup_id };
+		/* A new flow goes in whole, this datagram counted: user space
+		 * reads the table while programs run (on other CPUs, or on 7.x
+		 * while one is preempted), and would take a flow without its
+		 * time of last datagram for one idle since boot, report it
+		 * closed with nothing and delete it under this program. */
+		struct flow fresh = { .cgroup_id = cgroup_id, .last_ns = bpf_ktime_get_ns() };
+		o = bpf_map_lookup_elem(&owners, &k->cookie);
+		if (o)
+			fresh.owner = *o;
+		if (ingress) {
+			fresh.bytes_in = payload;
+			fresh.packets_in = packets;
+		} else {
+			fresh.bytes_out = payload;
+			fresh.packets_out = packets;
+		}
 		long err = bpf_map_update_elem(&flows, k, &fresh, BPF_NOEXIST);
-		if (err && err != -EEXIST) {
-			count_drop(DROP_MAP_FULL);
+		if (err != -EEXIST) { /* in, or the table is full */
+			if (err)
+				count_drop(DROP_MAP_FULL);
 			return;
 		}
-		f = bpf_map_lookup_elem(&flows, k);
+		f = bpf_map_lookup_elem(&flows, k); /* another CPU made it first */
 		if (!f)
 			return;
 	}
 	if (!f->owner.pid) {
-		struct owner *o = bpf_map_lookup_elem(&owners, &k->cookie);
+		o = bpf_map_lookup_elem(&owners, &k->cookie);
 		if (o)
 			f->owner = *o;
 	}
