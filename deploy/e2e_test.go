@@ -13,13 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/sys/unix"
@@ -187,34 +185,6 @@ func (s *stack) scrape(withCredentials bool) (int, error) {
 // kernel's limit).
 const trafficComm = "sts-e2e-traffic"
 
-// onNamedThread runs fn on an OS thread of its own whose name (the comm the
-// kernel reports for the socket calls it makes) is comm. The thread is never
-// unlocked, so it exits with fn and its name does not leak to other
-// goroutines. fn may fail the test with t.Fatal: its goroutine then ends
-// early and onNamedThread reports that.
-func onNamedThread(comm string, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		err := errors.New("traffic aborted by a test failure")
-		defer func() { done <- err }()
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread: its name is the process's (what accepted
-			// sockets are named by), so it must not be renamed. Held
-			// locked meanwhile, it cannot be the thread fn runs on.
-			err = onNamedThread(comm, fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		name := append([]byte(comm), 0)
-		if err = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
-			return
-		}
-		err = fn()
-	}()
-	return <-done
-}
-
 // value returns the single value expr evaluates to, or 0 when it is empty.
 func value(t *testing.T, promAddr, expr string) float64 {
 	t.Helper()
@@ -245,7 +215,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	var rounds int
 	p99 := `histogram_quantile(0.99, sum by (le, hook) (rate(netstack_latency_seconds_bucket[1m])))`
 	testenv.Eventually(t, 40*time.Second, "finite p99 for both socket-read hooks", func() error {
-		if err := onNamedThread(trafficComm, func() error {
+		if err := testenv.OnNamedThread(trafficComm, func() error {
 			peer.TCPToHost(t, testenv.V4, tcpMessages, 0)
 			peer.UDPToHost(t, testenv.V4, udpDatagrams, 0)
 			return nil

@@ -2,13 +2,9 @@ package main
 
 import (
 	"encoding/csv"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -21,15 +17,10 @@ func TestStreamEscapesHostileProcessNames(t *testing.T) {
 	tr := newTraffic(t, "stc-hostile", 61)
 	const hostile = "ev\nX\x1b[31m"
 	exchange := func(t *testing.T) {
-		// The kernel takes the name of the thread that sends, so the
-		// exchange runs on one locked thread renamed for it.
-		runtime.LockOSThread() // never unlocked: the thread dies with its odd name
-		name, _ := unix.BytePtrFromString(hostile)
-		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+		// The kernel takes the name of the thread that sends.
+		if err := testenv.OnNamedThread(hostile, func() error { tr.exchange(t); return nil }); err != nil {
 			t.Error(err)
-			return
 		}
-		tr.exchange(t)
 	}
 	out := streamRunWith(t, exchange, "stream", "--count", "4", "--interval", "400ms", "--port", strconv.Itoa(tr.port))
 	if strings.ContainsAny(out, "\x1b\r") || strings.Contains(out, "\nX") {
@@ -50,9 +41,7 @@ func TestStreamNetnsVocabulary(t *testing.T) {
 	for netns, want := range map[string]int{"0": 1, "/proc/self/ns/net": 1, "-1": 3, tr.peer.Name: 2} {
 		out := streamRunWith(t, func(*testing.T) {}, "stream", "--count", "1", "--interval", "200ms",
 			"--format", "csv", "--port", strconv.Itoa(tr.port), "--netns", netns)
-		// Records, not lines: a comm may hold a newline (quoted in CSV), as
-		// this process's does where the owner comes from /proc after the
-		// hostile-name test renamed its main thread.
+		// Records, not lines: a comm may hold a newline (quoted in CSV).
 		rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 		if err != nil {
 			t.Fatalf("--netns %s: %v:\n%s", netns, err, out)

@@ -10,16 +10,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/testenv"
 )
@@ -187,20 +183,20 @@ func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	errs := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the renamed thread ends with the goroutine
 		for i := range names {
-			name, _ := unix.BytePtrFromString(fmt.Sprintf("stm-%05d", i))
-			if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
-				errs <- err
-				return
-			}
-			c, err := net.Dial("tcp", l.Addr().String())
+			err := testenv.OnNamedThread(fmt.Sprintf("stm-%05d", i), func() error {
+				c, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					return err
+				}
+				_, err = c.Write(make([]byte, payload))
+				c.Close()
+				return err
+			})
 			if err != nil {
 				errs <- err
 				return
 			}
-			c.Write(make([]byte, payload))
-			c.Close()
 		}
 		errs <- nil
 	}()

@@ -4,12 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -82,29 +78,19 @@ func TestOwnersUnderChurn(t *testing.T) {
 	testenv.RequireExact(t, wrong, h.last.Lost)
 }
 
-// dialRenamed makes n connections to addr one after another, each from this
-// thread renamed stc-NNNNN for it, writing payload bytes and closing. The
-// thread gets its name back: it may be the main thread, whose name is the
-// process's.
+// dialRenamed makes n connections to addr one after another, each from a
+// thread named stc-NNNNN for it, writing payload bytes and closing.
 func dialRenamed(addr string, n, payload int) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var own [16]byte
-	if err := unix.Prctl(unix.PR_GET_NAME, uintptr(unsafe.Pointer(&own[0])), 0, 0, 0); err != nil {
-		return err
-	}
-	defer unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&own[0])), 0, 0, 0)
 	for i := range n {
-		name, _ := unix.BytePtrFromString(fmt.Sprintf("stc-%05d", i))
-		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+		err := testenv.OnNamedThread(fmt.Sprintf("stc-%05d", i), func() error {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			_, err = c.Write(make([]byte, payload))
+			c.Close()
 			return err
-		}
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return err
-		}
-		_, err = c.Write(make([]byte, payload))
-		c.Close()
+		})
 		if err != nil {
 			return err
 		}
