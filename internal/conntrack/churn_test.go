@@ -173,8 +173,11 @@ func TestUDPFlowsUnderChurn(t *testing.T) {
 	if got := sum(find(h.closed, isClient), out); got != n*payload {
 		wrong = append(wrong, fmt.Sprintf("client flows closed with %d bytes out, want %d", got, n*payload))
 	}
-	if got := sum(find(h.closed, isServer), in); got != uint64(read) {
-		wrong = append(wrong, fmt.Sprintf("server flows closed with %d bytes in, want the %d read", got, read))
+	// Where the kernel cannot say which datagram the socket refused (the
+	// cgroup_skb path before 6.10), a dropped one stays counted as
+	// received: TestUDPReceiveDrops holds drops exact where they can be.
+	if got := sum(find(h.closed, isServer), in); got < uint64(read) || got > n*payload {
+		wrong = append(wrong, fmt.Sprintf("server flows closed with %d bytes in, want from the %d read to the %d sent", got, read, n*payload))
 	}
 	t.Logf("%d of %d bytes read", read, n*payload)
 	testenv.RequireExact(t, wrong, h.last.Lost)
