@@ -182,24 +182,7 @@ func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--max-series", strconv.Itoa(limit))
 	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	errs := make(chan error, 1)
-	go func() {
-		for i := range names {
-			err := testenv.OnNamedThread(fmt.Sprintf("stm-%05d", i), func() error {
-				c, err := net.Dial("tcp", l.Addr().String())
-				if err != nil {
-					return err
-				}
-				_, err = c.Write(make([]byte, payload))
-				c.Close()
-				return err
-			})
-			if err != nil {
-				errs <- err
-				return
-			}
-		}
-		errs <- nil
-	}()
+	go func() { errs <- testenv.DialNamed(l.Addr().String(), "stm-", names, payload) }()
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}

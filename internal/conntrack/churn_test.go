@@ -27,7 +27,7 @@ func TestOwnersUnderChurn(t *testing.T) {
 	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	srv := uint16(l.Addr().(*net.TCPAddr).Port)
 	dialed := make(chan error, 1)
-	go func() { dialed <- dialRenamed(l.Addr().String(), n, payload) }()
+	go func() { dialed <- testenv.DialNamed(l.Addr().String(), "stc-", n, payload) }()
 	isClient := func(r *conn.Record) bool { return r.RemotePort == srv && r.Event == conn.Closed }
 	isServer := func(r *conn.Record) bool {
 		return r.LocalPort == srv && r.State != "LISTEN" && r.Event == conn.Closed
@@ -76,26 +76,6 @@ func TestOwnersUnderChurn(t *testing.T) {
 		wrong = append(wrong, "server ends without their bytes:\n"+dump(short))
 	}
 	testenv.RequireExact(t, wrong, h.last.Lost)
-}
-
-// dialRenamed makes n connections to addr one after another, each from a
-// thread named stc-NNNNN for it, writing payload bytes and closing.
-func dialRenamed(addr string, n, payload int) error {
-	for i := range n {
-		err := testenv.OnNamedThread(fmt.Sprintf("stc-%05d", i), func() error {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				return err
-			}
-			_, err = c.Write(make([]byte, payload))
-			c.Close()
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // TestUDPFlowsUnderChurn: UDP sockets made one after another, each sending

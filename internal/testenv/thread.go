@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"runtime"
 	"unsafe"
 
@@ -38,4 +40,26 @@ func OnNamedThread(comm string, fn func() error) error {
 		err = fn()
 	}()
 	return <-done
+}
+
+// DialNamed makes n TCP connections to addr one after another, each from a
+// thread named prefix followed by its number (five digits) and used for it
+// alone, writing payload bytes and closing: connections that stacktop must
+// tell apart by their owner's name.
+func DialNamed(addr, prefix string, n, payload int) error {
+	for i := range n {
+		err := OnNamedThread(fmt.Sprintf("%s%05d", prefix, i), func() error {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			_, err = c.Write(make([]byte, payload))
+			c.Close()
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
