@@ -33,15 +33,16 @@ type Engine struct {
 type attachment struct {
 	Program
 	prog *ebpf.Program
-	link link.Link       // every kind but Netfilter
+	link link.Link       // every kind but Netfilter and Run
 	nf   *netfilterLinks // Kind Netfilter
 }
 
 func (a *attachment) close() error {
 	var err error
-	if a.nf != nil {
+	switch {
+	case a.nf != nil:
 		err = a.nf.close()
-	} else {
+	case a.link != nil:
 		err = a.link.Close()
 	}
 	return errors.Join(err, a.prog.Close())
@@ -224,6 +225,8 @@ func (e *Engine) attach(p Program) (*attachment, error) {
 				a.link, err = link.Tracepoint(category, name, prog, nil)
 			}
 		}
+	case Run:
+		_, err = prog.Run(&ebpf.RunOptions{Context: []uint64{0}})
 	default:
 		err = fmt.Errorf("unknown kind of attachment %v", p.Kind)
 	}
@@ -321,6 +324,17 @@ func (e *Engine) Iterator(name string) *link.Iter {
 	if a := e.find(Program{Name: name}); a != nil {
 		it, _ := a.link.(*link.Iter)
 		return it
+	}
+	return nil
+}
+
+// Runnable returns the attached Run program with this name, or nil when it
+// is not attached.
+func (e *Engine) Runnable(name string) *ebpf.Program {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a := e.find(Program{Name: name}); a != nil && a.Kind == Run {
+		return a.prog
 	}
 	return nil
 }

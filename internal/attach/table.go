@@ -69,6 +69,11 @@ const (
 	// Tracepoint: a classic tracepoint, Program.Target "category:name"
 	// (mounting tracefs where it is not).
 	Tracepoint
+	// Run: attached nowhere; the loader runs it when it needs to
+	// (Engine.Runnable, ebpf.Program.Run). Attaching it is loading it and
+	// running it once with a context of one zero argument, which the
+	// program must take as nothing to do: a kernel may refuse test runs.
+	Run
 )
 
 func (k Kind) String() string {
@@ -83,6 +88,8 @@ func (k Kind) String() string {
 		return "iterator"
 	case Tracepoint:
 		return "tracepoint"
+	case Run:
+		return "run"
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }
