@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type connsBases struct {
+	_   structs.HostLayout
+	Rcv uint32
+	Snd uint32
+}
+
 type connsConn struct {
 	_          structs.HostLayout
 	Cookie     uint64
@@ -25,6 +31,8 @@ type connsConn struct {
 	SrttUs     uint32
 	Retrans    uint32
 	SkId       uint32
+	RcvBase    uint32
+	SndBase    uint32
 	Saddr      [16]uint8
 	Daddr      [16]uint8
 	Sport      uint16
@@ -42,6 +50,8 @@ const (
 	connsConnFlagsCONN_ACTIVE  connsConnFlags = 2
 	connsConnFlagsCONN_CLOSED  connsConnFlags = 4
 	connsConnFlagsCONN_OWNED   connsConnFlags = 8
+	connsConnFlagsCONN_GONE    connsConnFlags = 16
+	connsConnFlagsCONN_STALE   connsConnFlags = 32
 )
 
 type connsDropCounter uint32
@@ -102,10 +112,14 @@ const (
 	connsMapListeners             = "listeners"
 	connsMapNetnsNew              = "netns_new"
 	connsMapOwners                = "owners"
+	connsMapPendingBases          = "pending_bases"
+	connsMapRefreshBatch          = "refresh_batch"
+	connsMapSocketCopy            = "socket_copy"
 	connsMapStateMarks            = "state_marks"
 	connsProgConnsAdopt           = "conns_adopt"
 	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
+	connsProgConnsRefreshNetns    = "conns_refresh_netns"
 	connsProgConnsTcpDestroy      = "conns_tcp_destroy"
 	connsProgConnsTcpDestroySpare = "conns_tcp_destroy_spare"
 	connsProgConnsTcpState        = "conns_tcp_state"
@@ -166,6 +180,7 @@ type connsProgramSpecs struct {
 	ConnsAdopt           *ebpf.ProgramSpec `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.ProgramSpec `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.ProgramSpec `ebpf:"conns_refresh"`
+	ConnsRefreshNetns    *ebpf.ProgramSpec `ebpf:"conns_refresh_netns"`
 	ConnsTcpDestroy      *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.ProgramSpec `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.ProgramSpec `ebpf:"conns_tcp_state"`
@@ -184,14 +199,17 @@ type connsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsMapSpecs struct {
-	Closed     *ebpf.MapSpec `ebpf:"closed"`
-	Conns      *ebpf.MapSpec `ebpf:"conns"`
-	Drops      *ebpf.MapSpec `ebpf:"drops"`
-	Flows      *ebpf.MapSpec `ebpf:"flows"`
-	Listeners  *ebpf.MapSpec `ebpf:"listeners"`
-	NetnsNew   *ebpf.MapSpec `ebpf:"netns_new"`
-	Owners     *ebpf.MapSpec `ebpf:"owners"`
-	StateMarks *ebpf.MapSpec `ebpf:"state_marks"`
+	Closed       *ebpf.MapSpec `ebpf:"closed"`
+	Conns        *ebpf.MapSpec `ebpf:"conns"`
+	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	Flows        *ebpf.MapSpec `ebpf:"flows"`
+	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	NetnsNew     *ebpf.MapSpec `ebpf:"netns_new"`
+	Owners       *ebpf.MapSpec `ebpf:"owners"`
+	PendingBases *ebpf.MapSpec `ebpf:"pending_bases"`
+	RefreshBatch *ebpf.MapSpec `ebpf:"refresh_batch"`
+	SocketCopy   *ebpf.MapSpec `ebpf:"socket_copy"`
+	StateMarks   *ebpf.MapSpec `ebpf:"state_marks"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -221,14 +239,17 @@ func (o *connsObjects) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsMaps struct {
-	Closed     *ebpf.Map `ebpf:"closed"`
-	Conns      *ebpf.Map `ebpf:"conns"`
-	Drops      *ebpf.Map `ebpf:"drops"`
-	Flows      *ebpf.Map `ebpf:"flows"`
-	Listeners  *ebpf.Map `ebpf:"listeners"`
-	NetnsNew   *ebpf.Map `ebpf:"netns_new"`
-	Owners     *ebpf.Map `ebpf:"owners"`
-	StateMarks *ebpf.Map `ebpf:"state_marks"`
+	Closed       *ebpf.Map `ebpf:"closed"`
+	Conns        *ebpf.Map `ebpf:"conns"`
+	Drops        *ebpf.Map `ebpf:"drops"`
+	Flows        *ebpf.Map `ebpf:"flows"`
+	Listeners    *ebpf.Map `ebpf:"listeners"`
+	NetnsNew     *ebpf.Map `ebpf:"netns_new"`
+	Owners       *ebpf.Map `ebpf:"owners"`
+	PendingBases *ebpf.Map `ebpf:"pending_bases"`
+	RefreshBatch *ebpf.Map `ebpf:"refresh_batch"`
+	SocketCopy   *ebpf.Map `ebpf:"socket_copy"`
+	StateMarks   *ebpf.Map `ebpf:"state_marks"`
 }
 
 func (m *connsMaps) Close() error {
@@ -240,6 +261,9 @@ func (m *connsMaps) Close() error {
 		m.Listeners,
 		m.NetnsNew,
 		m.Owners,
+		m.PendingBases,
+		m.RefreshBatch,
+		m.SocketCopy,
 		m.StateMarks,
 	)
 }
@@ -258,6 +282,7 @@ type connsPrograms struct {
 	ConnsAdopt           *ebpf.Program `ebpf:"conns_adopt"`
 	ConnsOwners          *ebpf.Program `ebpf:"conns_owners"`
 	ConnsRefresh         *ebpf.Program `ebpf:"conns_refresh"`
+	ConnsRefreshNetns    *ebpf.Program `ebpf:"conns_refresh_netns"`
 	ConnsTcpDestroy      *ebpf.Program `ebpf:"conns_tcp_destroy"`
 	ConnsTcpDestroySpare *ebpf.Program `ebpf:"conns_tcp_destroy_spare"`
 	ConnsTcpState        *ebpf.Program `ebpf:"conns_tcp_state"`
@@ -277,6 +302,7 @@ func (p *connsPrograms) Close() error {
 		p.ConnsAdopt,
 		p.ConnsOwners,
 		p.ConnsRefresh,
+		p.ConnsRefreshNetns,
 		p.ConnsTcpDestroy,
 		p.ConnsTcpDestroySpare,
 		p.ConnsTcpState,

@@ -8,6 +8,9 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	ebpffeatures "github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/stacktop/stacktop/internal/attach"
@@ -42,11 +45,21 @@ var hooks = []attach.Hook{
 	{Name: "tcp-destroy", Backends: []attach.Backend{{Backend: features.Tracepoint, Programs: []attach.Program{
 		{Name: connsProgConnsTcpDestroy, Kind: attach.Tracing},
 		{Name: connsProgConnsTcpDestroySpare, Kind: attach.Tracing}}}}},
-	// The iterators over a network namespace's TCP sockets. Optional: not
-	// used from 5.15 to 6.10 (see iteratorHazard); counters are then read
-	// at state changes only.
-	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
-		Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Iterator}}}}},
+	// The refresh of every tracked socket's counters. Preferred: a
+	// program stacktop runs over its table's entries, which reaches each
+	// socket through the address its entry keeps (bpf/tcp.h): its cost
+	// follows the tracked sockets, in one pass whatever the number of
+	// network namespaces (bpf_for_each_map_elem: 5.13+). Else an iterator
+	// over the TCP sockets of one namespace, read in each namespace with
+	// tracked sockets, which walks the whole established table every time
+	// (not from 5.15 to 6.10: see iteratorHazard). Optional: without
+	// either, counters are read at state changes only.
+	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{
+		{Backend: runPath, Gate: refreshRuns, Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Run}}},
+		{Backend: iteratorPath, Gate: iteratorHazard,
+			Programs: []attach.Program{{Name: refreshNetnsProgram, Kind: attach.Iterator}}}}},
+	// The iterator over a namespace's TCP sockets, at start-up. Optional:
+	// not used from 5.15 to 6.10 (iteratorHazard).
 	{Name: "tcp-adopt", Optional: true, Backends: []attach.Backend{{Backend: iteratorPath, Gate: iteratorHazard,
 		Programs: []attach.Program{{Name: adoptProgram, Kind: attach.Iterator}}}}},
 	// cgroup programs go on the root of the cgroup v2 hierarchy, which
@@ -75,14 +88,16 @@ var hooks = []attach.Hook{
 			Programs: []attach.Program{{Name: connsProgConnsUdpDrop, Kind: attach.Tracing}}}}},
 }
 
-// The iterators: user space runs conns_refresh over a network namespace's
-// TCP sockets in every namespace with tracked sockets once per refresh,
-// conns_adopt in every namespace at start-up, and conns_owners over every
-// task's open files when accepted sockets wait for their owner.
+// The programs user space runs: conns_refresh over the table's entries
+// once per refresh (or conns_refresh_netns over a network namespace's TCP
+// sockets, in every namespace with tracked sockets), conns_adopt in every
+// namespace at start-up, and conns_owners over every task's open files when
+// accepted sockets wait for their owner.
 const (
-	refreshProgram = connsProgConnsRefresh
-	adoptProgram   = connsProgConnsAdopt
-	ownersProgram  = connsProgConnsOwners
+	refreshProgram      = connsProgConnsRefresh
+	refreshNetnsProgram = connsProgConnsRefreshNetns
+	adoptProgram        = connsProgConnsAdopt
+	ownersProgram       = connsProgConnsOwners
 )
 
 // forced is h with the backends --backend leaves: fentry takes only fentry
@@ -112,6 +127,7 @@ func forced(h *attach.Hook, b features.Backend) *attach.Hook {
 // What the doctor table and the backend metric show for the shared hooks
 // that are neither tracepoints nor fentry; --backend cannot choose them.
 const (
+	runPath      features.Backend = "run" // a program stacktop runs itself (a BPF test run)
 	iteratorPath features.Backend = "iterator"
 	cgroupPath   features.Backend = "cgroup"
 )
@@ -121,6 +137,32 @@ const (
 // unless the first program's run was skipped too, which the first
 // program's count of skipped runs less the spares' applied ones tells.
 var spares = map[string]bool{connsProgConnsTcpStateSpare: true, connsProgConnsTcpDestroySpare: true}
+
+// refreshRuns says why conns_refresh cannot run on this kernel, or nil: it
+// walks its batch with bpf_for_each_map_elem (5.13+), and copies each
+// socket into its scratch (the socket_copy map's value), which must hold
+// this kernel's struct tcp_sock (lock debugging makes it larger).
+var refreshRuns = sync.OnceValue(func() error {
+	if err := ebpffeatures.HaveProgramHelper(ebpf.RawTracepoint, asm.FnForEachMapElem); err != nil {
+		return fmt.Errorf("no bpf_for_each_map_elem (5.13+) for raw tracepoint programs: %w", err)
+	}
+	obj, err := loadConns()
+	if err != nil {
+		return err
+	}
+	kernel, err := attach.KernelTypes()
+	if err != nil {
+		return err
+	}
+	var tp *btf.Struct
+	if err := kernel.TypeByName("tcp_sock", &tp); err != nil {
+		return err
+	}
+	if room := obj.Maps[connsMapSocketCopy].ValueSize; tp.Size > room {
+		return fmt.Errorf("this kernel's struct tcp_sock has %d bytes, more than the %d the refresh copies", tp.Size, room)
+	}
+	return nil
+})
 
 // iteratorHazard says why the TCP iterators are not used on this kernel,
 // or nil. From 5.15 the iterator batches: it takes a reference (sock_hold)

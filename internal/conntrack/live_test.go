@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,10 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/conn"
@@ -416,8 +420,16 @@ func children(pid uint32) []uint32 {
 }
 
 // hookAttached reports whether the tracker attached a program for hook.
-func hookAttached(tr *Tracker, hook string) bool {
-	return slices.ContainsFunc(tr.Choices(), func(c features.Choice) bool { return c.Hook == hook && c.Backend != "" })
+func hookAttached(tr *Tracker, hook string) bool { return hookBackend(tr, hook) != "" }
+
+// hookBackend says which backend the tracker attached the hook with ("" for none).
+func hookBackend(tr *Tracker, hook string) features.Backend {
+	for _, c := range tr.Choices() {
+		if c.Hook == hook {
+			return c.Backend
+		}
+	}
+	return ""
 }
 
 // TestSplicedBytes: an echo server that copies with io.Copy between its
@@ -605,19 +617,26 @@ func acceptedOwner(t *testing.T, tr *Tracker, lport, cport uint16) uint32 {
 	return 0
 }
 
+// refreshBackend is the backend tcp-counters must have on this kernel:
+// conns_refresh where it can run (refreshRuns), else the TCP iterator.
+func refreshBackend() features.Backend {
+	if refreshRuns() != nil {
+		return iteratorPath
+	}
+	return runPath
+}
+
 // TestCountersOfOpenConnections: the refresh reads the kernel's counters of
 // connections that made no state change since they were established, on
 // both ends, in two network namespaces (the client here, the server in a
 // peer's): after every exchange each end's record shows exactly what moved.
-// Where the TCP iterator is not used (iteratorHazard: 5.15 to 6.10), the
-// blind spot docs/CONNECTIONS.md states instead: counters as of the last
-// state change, 0 bytes. TestLiveCounters needs tc, which the guests lack.
+// Every kernel of the matrix refreshes (refreshBackend).
+// TestLiveCounters needs tc, which the guests lack.
 func TestCountersOfOpenConnections(t *testing.T) {
 	p := testenv.NewPeer(t, "stc-open", 66)
 	tr := openTracker(t, Config{})
-	live := hookAttached(tr, "tcp-counters")
-	if hazard := iteratorHazard(); live == (hazard != nil) {
-		t.Fatalf("tcp-counters attached: %v, iterator hazard: %v: %+v", live, hazard, tr.Choices())
+	if got, want := hookBackend(tr, "tcp-counters"), refreshBackend(); got != want {
+		t.Fatalf("tcp-counters by %q, want %q: %+v", got, want, tr.Choices())
 	}
 	exchanges := []struct{ up, down int }{{3000, 1000}, {500, 0}, {1, 70_000}} // each waits for the client's bytes
 	served := make(chan error, 1)
@@ -663,9 +682,6 @@ func TestCountersOfOpenConnections(t *testing.T) {
 			local   uint16
 			in, out uint64
 		}{{"client", local, down, up}, {"server", port, up, down}} {
-			if !live {
-				end.in, end.out = 0, 0
-			}
 			rs := find(snap.Records, func(r *conn.Record) bool {
 				return r.Proto == "tcp" && r.LocalPort == end.local && r.State == "ESTABLISHED" &&
 					(r.RemotePort == port || r.RemotePort == local)
@@ -677,5 +693,170 @@ func TestCountersOfOpenConnections(t *testing.T) {
 				t.Errorf("exchange %d: %s bytes in/out %d/%d, want %d/%d", i, end.name, r.BytesIn, r.BytesOut, end.in, end.out)
 			}
 		}
+	}
+}
+
+// TestRefreshDuringTransfer: snapshots taken back to back while one
+// connection moves data both ways, in 16 KiB calls that the application
+// counts as they return. The refresh reads the sockets without their locks,
+// so it can meet an update half done (bpf/tcp.h, refresh_entry): every
+// snapshot's bytes on each end must still lie between what the application
+// had moved before the snapshot and what it had moved after it (plus the
+// call in flight, which the kernel counts as it copies), and never go down.
+func TestRefreshDuringTransfer(t *testing.T) {
+	const chunk = 16 << 10
+	p := testenv.NewPeer(t, "stc-xfer", 67)
+	tr := openTracker(t, Config{})
+	// One goroutine per direction and end; each counts what its calls moved.
+	var sent, received [2]atomic.Uint64 // [0] the client's, [1] the server's
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	move := func(c net.Conn, end int) {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, chunk)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := c.Write(buf)
+				sent[end].Add(uint64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, chunk)
+			for {
+				n, err := c.Read(buf)
+				received[end].Add(uint64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	accepted := make(chan net.Conn, 1)
+	l := p.ServeTCP(t, addrPort(p.PeerIP4, 0), func(c net.Conn) {
+		accepted <- c
+		<-stop
+	})
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	c, err := net.Dial("tcp4", addrPort(p.PeerIP4, int(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	move(c, 0)
+	move(<-accepted, 1)
+	defer func() {
+		close(stop)
+		c.Close()
+		wg.Wait()
+	}()
+
+	var last [2]struct{ in, out uint64 }
+	snapshots := 0
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); snapshots++ {
+		var before [2]struct{ in, out uint64 }
+		for end := range before {
+			before[end].in, before[end].out = received[end].Load(), sent[end].Load()
+		}
+		snap, err := tr.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for end, ports := range [2][2]uint16{{local, port}, {port, local}} {
+			rs := find(snap.Records, func(r *conn.Record) bool {
+				return r.Proto == "tcp" && r.LocalPort == ports[0] && r.RemotePort == ports[1]
+			})
+			if len(rs) != 1 {
+				t.Fatalf("snapshot %d: %d records of end %d, want 1:\n%s", snapshots, len(rs), end, dump(snap.Records))
+			}
+			r := rs[0]
+			in, out := received[end].Load()+chunk, sent[end].Load()+chunk
+			if r.BytesIn < before[end].in || r.BytesIn > in || r.BytesOut < before[end].out || r.BytesOut > out {
+				t.Fatalf("snapshot %d, end %d: bytes in/out %d/%d, want within %d–%d / %d–%d",
+					snapshots, end, r.BytesIn, r.BytesOut, before[end].in, in, before[end].out, out)
+			}
+			if r.BytesIn < last[end].in || r.BytesOut < last[end].out {
+				t.Fatalf("snapshot %d, end %d: bytes in/out %d/%d went down from %d/%d",
+					snapshots, end, r.BytesIn, r.BytesOut, last[end].in, last[end].out)
+			}
+			last[end].in, last[end].out = r.BytesIn, r.BytesOut
+		}
+	}
+	if last[0].in == 0 || last[1].in == 0 {
+		t.Fatalf("nothing moved in %d snapshots: %+v", snapshots, last)
+	}
+	t.Logf("%d snapshots; client in/out %d/%d bytes", snapshots, last[0].in, last[0].out)
+}
+
+// TestEntryOutlivingItsSocket: an entry whose socket is gone without its
+// destruction being seen (both destruction programs' runs skipped, which
+// the loss counter counts) is reported closed once, with its counters as
+// of the last refresh, and removed from the table; the refresh tells it by
+// the cookie of the socket at its address. Made here by copying a live
+// connection's entry under a cookie no socket has.
+func TestEntryOutlivingItsSocket(t *testing.T) {
+	tr := openTracker(t, Config{})
+	if b := hookBackend(tr, "tcp-counters"); b != runPath {
+		testenv.Unsupported(t, "tcp-counters by %q: only conns_refresh reads the sockets through their entries", b)
+	}
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local := uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	snap, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := find(snap.Records, func(r *conn.Record) bool { return r.Proto == "tcp" && r.LocalPort == local })
+	if len(rs) != 1 {
+		t.Fatalf("%d records of the connection's client end, want 1:\n%s", len(rs), dump(snap.Records))
+	}
+	var ghost connsConn
+	if err := tr.objs.Conns.Lookup(rs[0].Cookie, &ghost); err != nil {
+		t.Fatal(err)
+	}
+	ghost.Cookie += 1 << 40
+	if err := tr.objs.Conns.Update(ghost.Cookie, &ghost, ebpf.UpdateNoExist); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if snap, err = tr.Snapshot(); err != nil {
+			t.Fatal(err)
+		}
+		var ghosts, live []conn.Record
+		for _, r := range find(snap.Records, func(r *conn.Record) bool { return r.Proto == "tcp" && r.LocalPort == local }) {
+			if r.Cookie == ghost.Cookie {
+				ghosts = append(ghosts, r)
+			} else {
+				live = append(live, r)
+			}
+		}
+		if len(live) != 1 || live[0].Event == conn.Closed {
+			t.Errorf("snapshot %d: the connection itself: %s", i, dump(live))
+		}
+		want := 1 - i // reported closed once
+		if len(ghosts) != want || want == 1 && (ghosts[0].Event != conn.Closed || ghosts[0].State != "CLOSE") {
+			t.Errorf("snapshot %d: %d records of the entry without its socket, want %d closed:\n%s", i, len(ghosts), want, dump(ghosts))
+		}
+	}
+	var left connsConn
+	if err := tr.objs.Conns.Lookup(ghost.Cookie, &left); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("the entry without its socket is still in the table (%v): %+v", err, left)
 	}
 }

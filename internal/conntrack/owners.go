@@ -54,10 +54,17 @@ func (t *Tracker) ownAccepted(cookies []uint64, entries []connsConn) error {
 		return fmt.Errorf("finding the owners of accepted sockets: %w", err)
 	}
 	for _, i := range s.unowned {
-		err := t.objs.Conns.Lookup(&cookies[i], &entries[i])
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) { // closed meanwhile: its closed event has it
+		// The owner only: the counters read are the table's, older than
+		// the refreshed ones.
+		var fresh connsConn
+		err := t.objs.Conns.Lookup(&cookies[i], &fresh)
+		if errors.Is(err, ebpf.ErrKeyNotExist) { // closed meanwhile: its closed event has it
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("reading an accepted socket's owner: %w", err)
 		}
+		entries[i].Owner, entries[i].Flags = fresh.Owner, entries[i].Flags|fresh.Flags&connsConnFlagsCONN_OWNED
 	}
 	return nil
 }

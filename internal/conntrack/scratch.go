@@ -29,6 +29,10 @@ type scratch struct {
 	idle     []uint64            // preexisting sockets the kernel has no entry for
 	comms    map[[16]int8]string // process names as the kernel reports them
 
+	batchIndex []uint32    // 0, 1, …: the indexes of the refresh's key and entry arrays
+	refreshed  []connsConn // one batch of refreshed entries
+	ghosts     []connsConn // entries the refresh found without a socket, reported closed
+
 	ownerPasses map[uint64]ownerSearch // accepted sockets without an owner of their own, by cookie
 	unowned     []int                  // those this refresh looks for, as indexes into conns
 
@@ -72,10 +76,24 @@ func (s *scratch) begin() {
 	clear(s.gone)
 }
 
-type totals struct{ in, out, packetsIn uint64 }
+// totals are a connection's counters as a refresh reported them.
+type totals struct {
+	in, out, packetsIn, packetsOut uint64
+	rtt, retrans                   uint32
+}
 
-// ledger holds the byte counts each connection had at the last refresh
-// that reported it (for rates, and to tell new from update). Entries are
+// newer puts t's counters into the kernel entry c where they are newer than
+// its own (the counters only grow: compared by segments).
+func (t totals) newer(c *connsConn) {
+	if t.packetsIn+t.packetsOut > c.PacketsIn+c.PacketsOut {
+		c.BytesIn, c.BytesOut, c.PacketsIn, c.PacketsOut = t.in, t.out, t.packetsIn, t.packetsOut
+		c.SrttUs, c.Retrans = t.rtt, t.retrans
+	}
+}
+
+// ledger holds the counters each connection had at the last refresh that
+// reported it (for rates, to tell new from update, and to stand in for a
+// refresh that could not read a socket). Entries are
 // updated in place and swept, rather than rebuilt each refresh: keyed by
 // cookie alone, a TCP socket costs one 8-byte hash.
 type ledger[K comparable] map[K]reported
@@ -92,7 +110,7 @@ func (h ledger[K]) report(k K, r *conn.Record, closed bool, refresh uint64) (tot
 	if closed {
 		delete(h, k)
 	} else {
-		h[k] = reported{totals{r.BytesIn, r.BytesOut, r.PacketsIn}, refresh}
+		h[k] = reported{totals{r.BytesIn, r.BytesOut, r.PacketsIn, r.PacketsOut, r.RTTus, r.Retrans}, refresh}
 	}
 	return prev.totals, seen
 }

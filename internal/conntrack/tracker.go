@@ -254,13 +254,23 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 
 	// Live entries first, then the closed events: a connection that closes
 	// in between is then reported closed, not lost for one refresh.
-	// The kernel's current counters into every entry, then the entries.
-	if err := t.refreshCounters(); err != nil {
-		return snap, fmt.Errorf("refreshing connections: %w", err)
+	// The entries, with the kernel's current counters: conns_refresh
+	// refreshes the entries read, conns_refresh_netns (where the kernel
+	// refused the other) those about to be read.
+	refresh := t.engine.Runnable(refreshProgram)
+	if refresh == nil {
+		if err := t.refreshEachNamespace(); err != nil {
+			return snap, fmt.Errorf("refreshing connections: %w", err)
+		}
 	}
 	var err error
 	if s.cookies, s.conns, err = readAll(t.objs.Conns, s.cookies, s.conns); err != nil {
 		return snap, fmt.Errorf("reading connections: %w", err)
+	}
+	if refresh != nil {
+		if err := t.refreshEntries(refresh, s.cookies, s.conns); err != nil {
+			return snap, fmt.Errorf("refreshing connections: %w", err)
+		}
 	}
 	if err := t.ownAccepted(s.cookies, s.conns); err != nil {
 		return snap, err
@@ -269,6 +279,7 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 	if s.closed, err = t.closed.take(s.closed[:0]); err != nil {
 		return snap, err
 	}
+	s.closed = append(s.closed, s.ghosts...)
 	// After the closed events: every read of a socket closed by now is in
 	// the read-wait histograms (a read-wait entry newer than the tables
 	// waits for its socket's record at the next refresh).

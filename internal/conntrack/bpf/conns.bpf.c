@@ -5,15 +5,16 @@
  * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
  * lifecycle comes from tp_btf/inet_sock_set_state. No program runs on the
  * data path: bytes, segments, smoothed RTT and retransmits are the kernel's
- * own tcp_sock counters, read by conns_refresh (an iterator over `conns`
- * that user space runs once per refresh) and at every state change, a last
- * time at TCP_CLOSE, whose final entry goes to the ring buffer before the
- * entry is deleted. Bytes are what the application wrote and read, derived
+ * own tcp_sock counters, read by conns_refresh (an iterator over the
+ * entries of `conns` that user space runs once per refresh) and at every
+ * state change, a last time at TCP_CLOSE, whose final entry goes to the
+ * ring buffer before the entry is deleted. Bytes are what the application wrote and read, derived
  * from sequence space (see tcp_bytes()).
  *
  * The socket-side programs read kernel memory directly (BTF pointers: a
  * load each, no helper call): a state change or a close then costs about
- * what its map operations cost.
+ * what its map operations cost. The refresh reads a copy (see
+ * refresh_entry()).
  *
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
  * updated per datagram, so unconnected sockets are split by peer: by
@@ -80,16 +81,52 @@ int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
 }
 
 /*
- * conns_refresh runs over the TCP sockets of one network namespace (the one
- * of the task that opens the iterator) when user space reads it, once per
- * refresh and namespace: it copies each tracked socket's current counters
- * into its entry, so that every refresh shows them live, also while the
- * owner sleeps in a syscall or does nothing. A socket that reached
- * TCP_CLOSE is no longer in the tables the iterator walks; its final
- * counters are in its closed event, read at the change itself.
+ * conns_refresh refreshes the entries user space put into refresh_batch
+ * from their sockets, in place (refresh_entry), so that every refresh shows
+ * the counters live, also while the owner sleeps in a syscall or does
+ * nothing. User space runs it (a test run: it is attached nowhere) with the
+ * entries it has just read from the table, REFRESH_BATCH at a time, so that
+ * no run holds its CPU for long however many entries there are: its one
+ * argument is how many entries the batch has (0: nothing to do), and it
+ * returns how many it did.
+ */
+struct bpf_map;
+
+struct refresh_count {
+	u32 size;
+	u32 done;
+};
+
+/* refresh_one refreshes the entry at index of refresh_batch (a
+ * bpf_for_each_map_elem callback). */
+static long refresh_one(struct bpf_map *map, const u32 *index, struct conn *c, struct refresh_count *count)
+{
+	if (*index >= count->size)
+		return 1;
+	refresh_entry(c);
+	count->done++;
+	return 0;
+}
+
+SEC("raw_tp")
+int conns_refresh(u64 *ctx)
+{
+	struct refresh_count count = { .size = ctx[0] };
+
+	if (count.size)
+		bpf_for_each_map_elem(&refresh_batch, refresh_one, &count, 0);
+	return count.done;
+}
+
+/*
+ * conns_refresh_netns is conns_refresh where the kernel has no
+ * bpf_for_each_map_elem (before 5.13): an iterator over the TCP sockets of
+ * one network namespace (the one of the task that opens it), which user
+ * space reads in every namespace with tracked sockets. A socket that
+ * reached TCP_CLOSE is no longer in the tables it walks.
  */
 SEC("iter/tcp")
-int conns_refresh(struct bpf_iter__tcp *ctx)
+int conns_refresh_netns(struct bpf_iter__tcp *ctx)
 {
 	const struct tcp_sock *tp = tcp_socket(ctx->sk_common);
 	if (!tp)
@@ -99,10 +136,6 @@ int conns_refresh(struct bpf_iter__tcp *ctx)
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return 0;
-	/* connect() moves a socket into SYN_SENT before it binds the local
-	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
-	 * after), so that change recorded port 0; a socket the iterator
-	 * walks is hashed, its port bound. */
 	if (!c->sport)
 		read_tuple(c, sk);
 	refresh(c, tp, sk->__sk_common.skc_state);

@@ -62,6 +62,8 @@ enum __attribute__((packed)) conn_flags {
 	CONN_ACTIVE = 2,  /* this end sent the SYN (connect()): write_seq counts it */
 	CONN_CLOSED = 4,  /* reached TCP_CLOSE: bytes_out is final, reported when destroyed */
 	CONN_OWNED = 8,   /* owner taken from the socket's own process (not its listener's) */
+	CONN_GONE = 16,   /* set by the refresh only: no longer the socket at its address (refresh_entry) */
+	CONN_STALE = 32,  /* set by the refresh only: not refreshed, as read from the table (refresh_entry) */
 };
 
 struct owner {
@@ -82,6 +84,12 @@ struct conn {
 	u32 srtt_us;
 	u32 retrans;
 	u32 sk_id; /* sock_identity(): which read-wait entry at address sk is this socket's (before 5.12) */
+	/* (u32)(bytes_received - rcv_nxt) and (u32)(bytes_acked - snd_una) as
+	 * read with the socket's lock held: the kernel moves each pair
+	 * together, so a refresh that reads the socket without the lock tells
+	 * a pair torn by an update in flight by its base (refresh_entry). */
+	u32 rcv_base;
+	u32 snd_base;
 	u8 saddr[16];
 	u8 daddr[16];
 	u16 sport;
@@ -153,9 +161,10 @@ struct {
 	__type(value, struct owner);
 } listeners SEC(".maps");
 
-/* Network namespaces that have tracked sockets, for user space: the
- * iterators walk one namespace at a time. An entry's creation adds its
- * namespace; user space takes the new ones and removes them. */
+/* Network namespaces that have tracked sockets, for user space where the
+ * refresh walks one namespace at a time (conns_refresh_netns). An entry's
+ * creation adds its namespace; user space takes the new ones and removes
+ * them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);

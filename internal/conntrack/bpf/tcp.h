@@ -81,6 +81,17 @@ static __always_inline void tcp_bytes(struct conn *c, const struct tcp_sock *tp,
 	c->bytes_out = out > control ? out - control : 0;
 }
 
+/* The bases of the two sequence-space pairs tcp_bytes() reads (conn.rcv_base). */
+static __always_inline u32 rcv_base(const struct tcp_sock *tp)
+{
+	return (u32)tp->bytes_received - tp->rcv_nxt;
+}
+
+static __always_inline u32 snd_base(const struct tcp_sock *tp)
+{
+	return (u32)tp->bytes_acked - tp->snd_una;
+}
+
 /* refresh copies what changes over a connection's life from the socket;
  * fin_state is the state that says whether our FIN is in its sequence space. */
 static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, int fin_state)
@@ -90,7 +101,8 @@ static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, i
 	c->packets_out = tp->segs_out;
 	c->srtt_us = tp->srtt_us >> 3;
 	c->retrans = tp->total_retrans;
-	c->owner.netns = sock_netns((const void *)tp); /* the socket's, known even before its owner */
+	c->rcv_base = rcv_base(tp);
+	c->snd_base = snd_base(tp);
 }
 
 /* read_tuple copies the addresses and ports. A connecting socket gets its
@@ -132,6 +144,7 @@ static __always_inline void tcp_new(struct conn *fresh, const struct tcp_sock *t
 	fresh->cookie = cookie;
 	fresh->sk = (u64)sk;
 	fresh->flags = flags;
+	fresh->owner.netns = sock_netns(sk); /* the socket's, known even before its owner */
 	read_tuple(fresh, sk);
 	refresh(fresh, tp, fin_state);
 	if ((flags & CONN_PARTIAL) && active_guess(fresh))
@@ -339,6 +352,196 @@ static __always_inline bool tcp_destroyed(struct sock *sk)
 	report_closed(c);
 	bpf_map_delete_elem(&conns, &key);
 	return true;
+}
+
+/*
+ * The refresh (conns_refresh) takes the entries user space has just read,
+ * not the kernel's socket tables, and reaches each socket through the
+ * address its entry keeps: a walk of the established table costs its
+ * 262,144 buckets or more whatever it holds, and it walks one network
+ * namespace at a time, so a host with a hundred pods would pay it a hundred
+ * times a refresh. The address is not a pointer the verifier trusts, so
+ * what the refresh reads of the socket is copied with probe reads (which
+ * cannot fault) into scratch, and the copy is read like the socket.
+ *
+ * The refreshed entry goes back to user space only, never into the table:
+ * without the socket's lock, a write there could land after a close that
+ * the state programs recorded meanwhile, or in the element of another
+ * socket that took the entry's place.
+ *
+ * An entry lives from a state change until the socket's destruction deletes
+ * it, so its socket is there — unless both destruction programs' runs were
+ * skipped (counted lost) and its memory (TCP sockets are
+ * SLAB_TYPESAFE_BY_RCU: reused only as another socket) went to another:
+ * the copy's cookie tells, which is never reused (where the entry is keyed
+ * by its address, before 5.12, only the socket's identity does, which a
+ * socket not yet hashed lacks, so there the entry is just left alone).
+ * The copy's struct sock_common, with the cookie and the state, is read
+ * after the counters: a socket closed or reused in between shows there.
+ *
+ * The bytes are differences of pairs the kernel moves together, two stores
+ * each — bytes_received and rcv_nxt, bytes_acked and snd_una — and of
+ * copied_seq and write_seq, which the application's calls move. A copy
+ * taken between the two stores of a pair changes its base (conn.rcv_base),
+ * which no update does once the socket is established: such a copy is not
+ * counted: the refresh copies the socket again, and after SOCKET_COPIES
+ * leaves the connection as the last refresh had it. A base that changed for
+ * good (one recorded from a torn read by conns_adopt, whose iterator does
+ * not lock sockets before 5.15) is taken once two refreshes in a row see
+ * it (pending_bases). Before the move into
+ * ESTABLISHED the bases do move: connect() sets snd_una after the move
+ * into SYN_SENT.
+ */
+#define SOCKET_COPY_SIZE 4096
+#define REFRESH_BATCH 256
+
+/* The entries one run of conns_refresh refreshes, in place: as user space
+ * read them from the table, then refreshed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, REFRESH_BATCH);
+	__type(key, u32);
+	__type(value, struct conn);
+} refresh_batch SEC(".maps");
+
+/* The scratch is one buffer, not one per CPU: only user space runs the
+ * refresh, one run at a time, with preemption off. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u8[SOCKET_COPY_SIZE]);
+} socket_copy SEC(".maps");
+
+struct bases {
+	u32 rcv;
+	u32 snd;
+};
+
+/* Bases a refresh saw that differ from their entry's, by key, for the next
+ * refresh to confirm (rebased). Only conns_refresh writes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, struct bases);
+} pending_bases SEC(".maps");
+
+/* widen extends [lo, hi) to cover a field of this kernel's struct. */
+#define widen(lo, hi, type, field)                                                            \
+	do {                                                                                  \
+		u32 off = bpf_core_field_offset(type, field);                                 \
+		u32 end = off + bpf_core_field_size(type, field);                             \
+		lo = off < lo ? off : lo;                                                     \
+		hi = end > hi ? end : hi;                                                     \
+	} while (0)
+
+/* copy_socket copies what refresh(), read_tuple() and is_entry_socket() read
+ * of the tcp_sock at addr into buf, at the same offsets, or returns false:
+ * the span of tcp_sock from the first field refresh() reads to the end of
+ * the last (about 750 of its 2,300 bytes on 6.18; the rest of buf is
+ * stale), then its struct sock_common. A field added to refresh() must be
+ * added here. */
+static __always_inline bool copy_socket(void *buf, u64 addr)
+{
+	u32 common = bpf_core_type_size(struct sock_common);
+	u32 lo = ~0U, hi = 0;
+
+	widen(lo, hi, struct tcp_sock, bytes_received);
+	widen(lo, hi, struct tcp_sock, rcv_nxt);
+	widen(lo, hi, struct tcp_sock, copied_seq);
+	widen(lo, hi, struct tcp_sock, bytes_acked);
+	widen(lo, hi, struct tcp_sock___conns, write_seq);
+	widen(lo, hi, struct tcp_sock, snd_una);
+	widen(lo, hi, struct tcp_sock, segs_in);
+	widen(lo, hi, struct tcp_sock, segs_out);
+	widen(lo, hi, struct tcp_sock, srtt_us);
+	widen(lo, hi, struct tcp_sock, total_retrans);
+	/* The probe read copies 8 bytes a load from where it starts: from an
+	 * aligned start, no 64-bit counter is read in two halves. */
+	lo &= ~7U;
+	/* Never true where user space runs the refresh (refreshRuns): it
+	 * bounds the copy for the verifier. */
+	if (hi > SOCKET_COPY_SIZE || common > lo)
+		return false;
+	return !bpf_probe_read_kernel(buf + lo, hi - lo, (const void *)addr + lo) &&
+	       !bpf_probe_read_kernel(buf, common, (const void *)addr);
+}
+
+static __always_inline bool is_entry_socket(const struct conn *c, const struct sock *sk)
+{
+	if (c->cookie == c->sk) /* keyed by its address: no cookie then */
+		return sock_identity(&sk->__sk_common) == c->sk_id;
+	return sk->__sk_common.skc_cookie.counter == c->cookie;
+}
+
+/* whole tells whether a copy tp of c's socket, in state, has its pairs
+ * whole (see above): neither copied_seq nor snd_una ever passes the other
+ * of its pair, and the bases are the entry's (or still moving). */
+static __always_inline bool whole(const struct conn *c, const struct tcp_sock *tp, int state)
+{
+	u32 write_seq = ((const struct tcp_sock___conns *)tp)->write_seq;
+
+	if ((s32)(tp->rcv_nxt - tp->copied_seq) < 0 || (s32)(write_seq - tp->snd_una) < 0)
+		return false;
+	return (rcv_base(tp) == c->rcv_base && snd_base(tp) == c->snd_base) || state == TCP_SYN_SENT;
+}
+
+/* rebased tells whether the bases of tp, which differ from its entry's,
+ * are what the previous refresh saw too, and else notes them for the next. */
+static __always_inline bool rebased(const struct conn *c, const struct tcp_sock *tp)
+{
+	struct bases seen = { .rcv = rcv_base(tp), .snd = snd_base(tp) };
+	u64 key = c->cookie;
+	struct bases *pending = bpf_map_lookup_elem(&pending_bases, &key);
+
+	if (pending && pending->rcv == seen.rcv && pending->snd == seen.snd)
+		return true;
+	bpf_map_update_elem(&pending_bases, &key, &seen, BPF_ANY);
+	return false;
+}
+
+/* Copies of one socket a refresh takes at most: one caught in a pair's
+ * update is taken again (the update is two stores apart). */
+#define SOCKET_COPIES 3
+
+/* refresh_entry refreshes c, an entry as user space read it, from its
+ * socket, read without the socket's lock. Where it cannot (SOCKET_COPIES
+ * copies caught an update, or the bases changed since the last refresh) it
+ * sets CONN_STALE, for user space to keep what it had; it leaves c alone for
+ * a closed socket (final at its destruction), and sets CONN_GONE where the
+ * socket is no longer at the entry's address: destroyed meanwhile (its
+ * closed event has it), or without its destruction seen. */
+static __always_inline void refresh_entry(struct conn *c)
+{
+	u32 zero = 0;
+	void *buf = bpf_map_lookup_elem(&socket_copy, &zero);
+	const struct tcp_sock *tp = buf;
+	const struct sock *sk = buf;
+
+	if (!buf || (c->flags & CONN_CLOSED))
+		return;
+	for (int copy = 0; copy < SOCKET_COPIES; copy++) {
+		if (!copy_socket(buf, c->sk) || !is_entry_socket(c, sk)) {
+			if (c->cookie != c->sk) /* a cookie is never reused */
+				c->flags |= CONN_GONE;
+			return;
+		}
+		int state = sk->__sk_common.skc_state;
+		if (state == TCP_CLOSE)
+			return;
+		if (whole(c, tp, state) || (copy == SOCKET_COPIES - 1 && rebased(c, tp))) {
+			/* connect() moves a socket into SYN_SENT before it binds
+			 * the local port (tcp_v4_connect, tcp_v6_connect:
+			 * inet_hash_connect comes after), so that change recorded
+			 * port 0. */
+			if (!c->sport)
+				read_tuple(c, sk);
+			refresh(c, tp, state);
+			return;
+		}
+	}
+	c->flags |= CONN_STALE;
 }
 
 /* tcp_socket returns the full TCP socket an iterator visits, or NULL for a
