@@ -26,19 +26,20 @@ type config struct {
 	// Rounds is the minimum and MaxRounds the maximum number of rounds of
 	// each tool per overhead configuration; rounds are added while a ratio
 	// is wider than ±Precision and its target undecided, within Budget.
-	Rounds    int
-	MaxRounds int
-	Precision float64
-	Budget    time.Duration // the whole run's maximum
-	Duration  time.Duration
-	Conns     []int
-	Paths     []string
-	Scale     []int
-	Churn     int
-	Window    time.Duration
-	Pin       bool
-	Profile   bool
-	Port      int
+	Rounds     int
+	MaxRounds  int
+	Precision  float64
+	Budget     time.Duration // the whole run's maximum
+	Duration   time.Duration
+	Conns      []int
+	Paths      []string
+	Scale      []int
+	Churn      int
+	Namespaces int
+	Window     time.Duration
+	Pin        bool
+	Profile    bool
+	Port       int
 }
 
 var (
@@ -63,6 +64,7 @@ func parseConfig(args []string) (config, error) {
 	paths := fs.String("paths", strings.Join(allPaths, ","), "overhead: loopback, veth (wrk in a peer namespace)")
 	scale := fs.String("scale", "1000,10000,100000", "userspace: idle connections tracked")
 	fs.IntVar(&c.Churn, "churn", 10000, "userspace: connections opened and closed per second (0: skip)")
+	fs.IntVar(&c.Namespaces, "namespaces", 50, "userspace: network namespaces with one idle connection each (0: skip)")
 	fs.DurationVar(&c.Window, "window", 10*time.Second, "userspace: CPU sampling window and churn duration")
 	fs.BoolVar(&c.Pin, "pin", runtime.NumCPU() >= 2, "pin the nginx worker to CPU 0 and wrk to CPU 1")
 	fs.BoolVar(&c.Profile, "profile", false, "userspace: after each window, profile the stream with perf for as long (perf report in -out)")
@@ -124,6 +126,8 @@ func (c *config) validate(suites, tools, paths, conns, scale string) error {
 		return fmt.Errorf("-window %v: must be at least 1s", c.Window)
 	case c.Churn < 0:
 		return fmt.Errorf("-churn %d: must not be negative", c.Churn)
+	case c.Namespaces < 0 || c.Namespaces > 1000:
+		return fmt.Errorf("-namespaces %d: must be between 0 and 1000", c.Namespaces)
 	case c.Port < 1024 || c.Port > 65535-4:
 		return fmt.Errorf("-port %d: must be between 1024 and 65531", c.Port)
 	}
@@ -216,6 +220,9 @@ func (c config) otherSuites() time.Duration {
 		d += time.Duration(len(c.Scale)) * (2*c.Window + 20*time.Second)
 		if c.Churn > 0 {
 			d += c.Window + 5*time.Second
+		}
+		if c.Namespaces > 0 {
+			d += c.Window + 20*time.Second
 		}
 	}
 	if c.has("startup") {

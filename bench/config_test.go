@@ -51,6 +51,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"-duration", "500ms"},
 		{"-port", "80"},
 		{"-churn", "-1"},
+		{"-namespaces", "-1"},
+		{"-namespaces", "1001"},
 		{"-rounds", "three"},
 	} {
 		_, err := parse(t, args...)

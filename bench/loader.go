@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/bench/internal/connload"
+	"github.com/stacktop/stacktop/bench/internal/peer"
 )
 
 // The connection load generators run as `bench hold` and `bench churn` in
@@ -86,12 +87,20 @@ type loader struct {
 	waitErr error       // its exit status, valid once lines is closed
 }
 
-func startLoader(args ...string) (*loader, error) {
+func startLoader(args ...string) (*loader, error) { return startLoaderIn(nil, args...) }
+
+// startLoaderIn starts a load generator inside ns's network namespace (nil:
+// ours).
+func startLoaderIn(ns *peer.Peer, args ...string) (*loader, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	l := &loader{cmd: exec.Command(self, args...), lines: make(chan string, 16)}
+	cmd := exec.Command(self, args...)
+	if ns != nil {
+		cmd = ns.Command(self, args...)
+	}
+	l := &loader{cmd: cmd, lines: make(chan string, 16)}
 	l.cmd.Stderr = os.Stderr
 	if l.stdin, err = l.cmd.StdinPipe(); err != nil {
 		return nil, err

@@ -82,9 +82,9 @@ func renderMarkdown(res *results) string {
 
 	if len(res.UserSpace) > 0 || res.Churn != nil {
 		b.WriteString("### User space: `stacktop stream --format json --interval 1s`\n\n")
-		b.WriteString("| idle connections | output | CPU (% of one core) | max RSS | our records/s | lost | map full |\n|---:|---|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| idle connections | network namespaces | output | CPU (% of one core) | max RSS | our records/s | lost | map full |\n|---:|---:|---|---:|---:|---:|---:|---:|\n")
 		for _, u := range res.UserSpace {
-			fmt.Fprintf(&b, "| %d | %s | %.2f%% | %.1f MiB | %.0f | %d | %d |\n", u.Conns, u.Output, 100*u.CPU, mib(u.RSSMax),
+			fmt.Fprintf(&b, "| %d | %d | %s | %.2f%% | %.1f MiB | %.0f | %d | %d |\n", u.Conns, max(1, u.Namespaces), u.Output, 100*u.CPU, mib(u.RSSMax),
 				u.RecordsPerSec, u.Loss.Lost, u.Loss.MapFull)
 		}
 		if c := res.Churn; c != nil {

@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/stacktop/stacktop/bench/internal/connload"
+	"github.com/stacktop/stacktop/bench/internal/peer"
 	"github.com/stacktop/stacktop/bench/internal/proc"
 	"github.com/stacktop/stacktop/bench/internal/tool"
 )
 
 type userspaceResult struct {
-	Conns  int    `json:"conns"`
-	Output string `json:"output"` // what the stream printed
+	Conns      int    `json:"conns"`
+	Namespaces int    `json:"namespaces"` // network namespaces the connections are spread over
+	Output     string `json:"output"`     // what the stream printed
 	usage
 	// RecordsPerSec counts the stream's records about the benchmark's own
 	// connections per second of the window: about 2×Conns at a 1 s
@@ -65,6 +67,15 @@ func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceRes
 		}
 		out = append(out, rs...)
 	}
+	if cfg.Namespaces > 0 {
+		r, err := trackSpread(ctx, cfg, env, stream[0], cfg.Namespaces)
+		if err != nil {
+			return out, nil, fmt.Errorf("%d namespaces: %w", cfg.Namespaces, err)
+		}
+		slog.Info("userspace", "conns", r.Conns, "namespaces", r.Namespaces, "cpu", fmt.Sprintf("%.2f%%", 100*r.CPU),
+			"rss_mib", r.RSSMax>>20, "records_per_sec", int(r.RecordsPerSec), "lost", r.Loss.Lost, "map_full", r.Loss.MapFull)
+		out = append(out, r)
+	}
 	if cfg.Churn == 0 {
 		return out, nil, nil
 	}
@@ -83,7 +94,7 @@ func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceRes
 // tracking the connections without formatting them, started while they are
 // open and still running when they all close.
 func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, n int) ([]userspaceResult, error) {
-	all := userspaceResult{Conns: n, Output: "every record"}
+	all := userspaceResult{Conns: n, Namespaces: 1, Output: "every record"}
 	watch := &streamWatch{}
 	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
 	if err != nil {
@@ -110,7 +121,7 @@ func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, 
 	}
 	run.Stop()
 
-	quiet := userspaceResult{Conns: n, Output: "none (--port 9)"}
+	quiet := userspaceResult{Conns: n, Namespaces: 1, Output: "none (--port 9)"}
 	watch = &streamWatch{}
 	if run, err = tool.Start(ctx, env, stream, watch, slices.Concat(streamArgs, []string{"--port", "9"})...); err != nil {
 		return nil, err
@@ -129,6 +140,50 @@ func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, 
 	time.Sleep(2 * time.Second) // the closes are processed
 	quiet.Loss = watch.snapshot().loss
 	return []userspaceResult{all, quiet}, nil
+}
+
+// trackSpread measures the stream with one idle connection open in each of
+// m network namespaces, as on a host of pods: what the stream costs then
+// follows how it reaches the sockets of every namespace, not their number.
+func trackSpread(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, m int) (userspaceResult, error) {
+	r := userspaceResult{Conns: m, Namespaces: m, Output: "every record"}
+	var holds holders
+	defer func() { _ = holds.stop() }()
+	for i := range m {
+		ns, err := peer.Loopback(fmt.Sprintf("stb-spread%d", i))
+		if err != nil {
+			return r, err
+		}
+		defer ns.Close()
+		l, err := startLoaderIn(ns, "hold", "-n", "1", "-listeners", "1", "-port", strconv.Itoa(int(cfg.holdPort())))
+		if err != nil {
+			return r, err
+		}
+		holds = append(holds, l)
+	}
+	for _, l := range holds {
+		if line, err := l.next(time.Minute); err != nil || line != "ready" {
+			return r, fmt.Errorf("holding connections: %q, %v", line, err)
+		}
+	}
+	watch := &streamWatch{}
+	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
+	if err != nil {
+		return r, err
+	}
+	defer run.Stop()
+	time.Sleep(2 * time.Second) // two refreshes: every connection has been reported
+	watch.reset()
+	if r.usage, err = measure(ctx, run, cfg.Window); err != nil {
+		return r, err
+	}
+	s := watch.snapshot()
+	r.RecordsPerSec = float64(s.ours) / cfg.Window.Seconds()
+	r.Loss = s.loss
+	if cfg.Profile {
+		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-namespaces", m), cfg.Window)
+	}
+	return r, nil
 }
 
 // churn runs the stream while connections open and close at cfg.Churn per

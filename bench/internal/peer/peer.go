@@ -10,7 +10,8 @@ import (
 	"strings"
 )
 
-// Peer is a namespace with a veth pair to the current one.
+// Peer is a namespace with a veth pair to the current one (or, made by
+// Loopback, without: then only Name is set).
 type Peer struct {
 	Name    string     // namespace name under /run/netns
 	HostIf  string     // veth end in our namespace
@@ -47,6 +48,22 @@ func New(name string, subnet int) (*Peer, error) {
 	return p, nil
 }
 
+// Loopback creates namespace name with nothing but its loopback device, up:
+// a namespace such as a pod's, for load that stays inside it. Leftovers of
+// an interrupted run with the same name are removed first.
+func Loopback(name string) (*Peer, error) {
+	p := &Peer{Name: name}
+	p.Close()
+	if err := ip("netns", "add", p.Name); err != nil {
+		return nil, err
+	}
+	if err := ip("-n", p.Name, "link", "set", "lo", "up"); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
 // Command returns cmd prepared to run inside the peer's namespace.
 func (p *Peer) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", p.Name, name}, args...)...)
@@ -55,7 +72,9 @@ func (p *Peer) Command(name string, args ...string) *exec.Cmd {
 // Close removes the namespace and the veth pair; it is safe to call on a
 // partly created peer.
 func (p *Peer) Close() {
-	_ = ip("link", "del", p.HostIf)
+	if p.HostIf != "" {
+		_ = ip("link", "del", p.HostIf)
+	}
 	_ = ip("netns", "del", p.Name)
 }
 
