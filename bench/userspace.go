@@ -108,16 +108,8 @@ func trackIdle(ctx context.Context, cfg config, env tool.Env, stream tool.Tool, 
 	}
 	defer hold.stop()
 	all.Setup = time.Since(start)
-	time.Sleep(2 * time.Second) // two refreshes: every connection has been reported
-	watch.reset()
-	if all.usage, err = measure(ctx, run, cfg.Window); err != nil {
+	if err := all.sample(ctx, cfg, run, watch, fmt.Sprintf("stream-%d-all", n)); err != nil {
 		return nil, err
-	}
-	s := watch.snapshot()
-	all.RecordsPerSec = float64(s.ours) / cfg.Window.Seconds()
-	all.Loss = s.loss
-	if cfg.Profile {
-		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-all", n), cfg.Window)
 	}
 	run.Stop()
 
@@ -172,18 +164,27 @@ func trackSpread(ctx context.Context, cfg config, env tool.Env, stream tool.Tool
 		return r, err
 	}
 	defer run.Stop()
-	time.Sleep(2 * time.Second) // two refreshes: every connection has been reported
+	err = r.sample(ctx, cfg, run, watch, fmt.Sprintf("stream-%d-namespaces", m))
+	return r, err
+}
+
+// sample measures the running stream over cfg.Window once two refreshes
+// have reported every connection, counts its records about them and its
+// losses, and profiles it as name when asked.
+func (r *userspaceResult) sample(ctx context.Context, cfg config, run *tool.Running, watch *streamWatch, name string) error {
+	time.Sleep(2 * time.Second)
 	watch.reset()
+	var err error
 	if r.usage, err = measure(ctx, run, cfg.Window); err != nil {
-		return r, err
+		return err
 	}
 	s := watch.snapshot()
 	r.RecordsPerSec = float64(s.ours) / cfg.Window.Seconds()
 	r.Loss = s.loss
 	if cfg.Profile {
-		profile(cfg, run.Pid(), fmt.Sprintf("stream-%d-namespaces", m), cfg.Window)
+		profile(cfg, run.Pid(), name, cfg.Window)
 	}
-	return r, nil
+	return nil
 }
 
 // churn runs the stream while connections open and close at cfg.Churn per
