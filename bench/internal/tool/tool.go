@@ -89,9 +89,13 @@ var Tools = []Tool{
 	{Name: "stream-readwait", About: "`stacktop stream --read-wait --format json --interval 1s > /dev/null`: with each connection's read wait (the socket-read probes and per-socket histograms); not in the default `-tools`",
 		Command: "stream", args: fixed("--read-wait", "--format", "json", "--interval", "1s"), ready: readyFirstReport},
 	{Name: "serve", About: "`stacktop serve` with its default flags, /metrics scraped every second",
-		Command: "serve", args: serve, scrape: true, ready: readyEndpoint},
+		Command: "serve", args: serve(), scrape: true, ready: readyEndpoint},
 	{Name: "serve-readwait", About: "`stacktop serve --collector.read-wait`, /metrics scraped every second: read wait per process from the default probe's programs; not in the default `-tools`",
-		Command: "serve", args: serveReadWait, scrape: true, ready: readyEndpoint},
+		Command: "serve", args: serve("--collector.read-wait"), scrape: true, ready: readyEndpoint},
+	{Name: "serve-tcp", About: "`stacktop serve --tcp`, /metrics scraped every second: the default probe and TCP connections only, so no UDP program (where fentry is refused, the cgroup_skb ones run for every packet); not in the default `-tools`",
+		Command: "serve", args: serve("--tcp"), scrape: true, ready: readyEndpoint},
+	{Name: "serve-tcp-conns", About: "`stacktop serve --tcp --no-collector.latency`, /metrics scraped every second: TCP connections only, no program on any packet or read; not in the default `-tools`",
+		Command: "serve", args: serve("--tcp", "--no-collector.latency"), scrape: true, ready: readyEndpoint},
 	// The floor tools: empty programs at the hooks a tool's programs run
 	// at (tracepoint backend), RX timestamping on where the tool turns
 	// it on. What they cost no implementation at those hooks can save.
@@ -142,16 +146,13 @@ func fixed(args ...string) func(Env) ([]string, error) {
 	return func(Env) ([]string, error) { return args, nil }
 }
 
-// serve is told only where to listen, so it runs with its default probes
-// and connection tracking, as a user would run it.
-func serve(env Env) ([]string, error) {
-	return []string{"--web.listen-address", env.ServeAddr.String()}, nil
-}
-
-// serveReadWait is serve with the read-wait collector on.
-func serveReadWait(env Env) ([]string, error) {
-	args, err := serve(env)
-	return append(args, "--collector.read-wait"), err
+// serve is told where to listen and nothing else but flags, so with none
+// it runs with its default probes and connection tracking, as a user would
+// run it.
+func serve(flags ...string) func(Env) ([]string, error) {
+	return func(env Env) ([]string, error) {
+		return append([]string{"--web.listen-address", env.ServeAddr.String()}, flags...), nil
+	}
 }
 
 // empty runs `bench empty` with the named hook sets (bench/empty.go).
