@@ -77,6 +77,12 @@ stacktop_latency_sample_every says N. --compat ebpf_exporter exports the histogr
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
+What it costs: where the kernel refuses fentry (stacktop doctor says), the
+defaults run eight programs per request and response of a TCP server, the
+UDP accounting's pair on every packet and tcp-socket-read's two per read;
+--tcp drops the first, --no-collector.latency the second (docs/METRICS.md,
+"What serve costs a server", has what each kept of nginx's requests/s).
+
 The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 -n also select the connections exported, as --pid, --cgroup, --interface and
 --netns do for stacktop stream (one of the listed values must match); without
