@@ -934,3 +934,46 @@ func TestTornCopyNotCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestNetnsNewOnlyForTheIterator: a new connection notes its network
+// namespace in netns_new only where conns_refresh_netns refreshes, which
+// reads it; elsewhere the map has one entry, and nothing writes it.
+func TestNetnsNewOnlyForTheIterator(t *testing.T) {
+	tr := openTracker(t, Config{})
+	iterates := hookBackend(tr, "tcp-counters") == iteratorPath
+	spec, err := loadConns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := uint32(1)
+	if iterates {
+		size = spec.Maps[connsMapNetnsNew].MaxEntries
+	}
+	if got := tr.objs.NetnsNew.MaxEntries(); got != size {
+		t.Errorf("netns_new has %d entries, want %d (tcp-counters by %q)", got, size, hookBackend(tr, "tcp-counters"))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	ino := uint32(st.Ino)
+	// Noted already if a socket here was adopted at start-up.
+	if err := tr.objs.NetnsNew.Delete(ino); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatal(err)
+	}
+	l := testenv.ServeLoopbackTCP(t, func(net.Conn) {})
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var one uint8
+	err = tr.objs.NetnsNew.Lookup(ino, &one)
+	if iterates && err != nil {
+		t.Errorf("a new connection did not note its namespace %d for conns_refresh_netns: %v", ino, err)
+	}
+	if !iterates && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("a new connection noted its namespace %d, which nothing reads where tcp-counters is %q (lookup: %v)",
+			ino, hookBackend(tr, "tcp-counters"), err)
+	}
+}

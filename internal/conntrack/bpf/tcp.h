@@ -174,7 +174,7 @@ static __always_inline bool tcp_insert(const struct conn *fresh, u64 how)
 		return false;
 	}
 	u8 one = 1;
-	if (!bpf_map_lookup_elem(&netns_new, &fresh->owner.netns))
+	if (refresh_netns && !bpf_map_lookup_elem(&netns_new, &fresh->owner.netns))
 		bpf_map_update_elem(&netns_new, &fresh->owner.netns, &one, BPF_NOEXIST);
 	return true;
 }
