@@ -132,6 +132,7 @@ const (
 	connsProgConnsUdpIngress      = "conns_udp_ingress"
 	connsProgConnsUdpOwner        = "conns_udp_owner"
 	connsProgConnsUdpSend         = "conns_udp_send"
+	connsVarRefreshNetns          = "refresh_netns"
 	connsVarTracingCookie         = "tracing_cookie"
 )
 
@@ -216,6 +217,7 @@ type connsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type connsVariableSpecs struct {
+	RefreshNetns  *ebpf.VariableSpec `ebpf:"refresh_netns"`
 	TracingCookie *ebpf.VariableSpec `ebpf:"tracing_cookie"`
 }
 
@@ -272,6 +274,7 @@ func (m *connsMaps) Close() error {
 //
 // It can be passed to loadConnsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type connsVariables struct {
+	RefreshNetns  *ebpf.Variable `ebpf:"refresh_netns"`
 	TracingCookie *ebpf.Variable `ebpf:"tracing_cookie"`
 }
 

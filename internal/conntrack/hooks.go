@@ -56,7 +56,7 @@ var hooks = []attach.Hook{
 	// either, counters are read at state changes only.
 	{Name: "tcp-counters", Optional: true, Backends: []attach.Backend{
 		{Backend: runPath, Gate: refreshRuns, Programs: []attach.Program{{Name: refreshProgram, Kind: attach.Run}}},
-		{Backend: iteratorPath, Gate: iteratorHazard,
+		{Backend: iteratorPath, Gate: refreshIterates,
 			Programs: []attach.Program{{Name: refreshNetnsProgram, Kind: attach.Iterator}}}}},
 	// The iterator over a namespace's TCP sockets, at start-up. Optional:
 	// not used from 5.15 to 6.10 (iteratorHazard).
@@ -140,12 +140,30 @@ var spares = map[string]bool{connsProgConnsTcpStateSpare: true, connsProgConnsTc
 
 // refreshRuns says why conns_refresh cannot run on this kernel, or nil: it
 // walks its batch with bpf_for_each_map_elem (5.13+), and copies each
-// socket into its scratch (the socket_copy map's value), which must hold
-// this kernel's struct tcp_sock (lock debugging makes it larger).
+// socket (socketFits).
 var refreshRuns = sync.OnceValue(func() error {
 	if err := ebpffeatures.HaveProgramHelper(ebpf.RawTracepoint, asm.FnForEachMapElem); err != nil {
 		return fmt.Errorf("no bpf_for_each_map_elem (5.13+) for raw tracepoint programs: %w", err)
 	}
+	return socketFits()
+})
+
+// refreshIterates says why conns_refresh_netns, the refresh where
+// conns_refresh is refused, cannot run on this kernel, or nil: it is a TCP
+// iterator (iteratorHazard), and copies each socket as conns_refresh does
+// (socketFits).
+func refreshIterates() error {
+	if err := iteratorHazard(); err != nil {
+		return err
+	}
+	return socketFits()
+}
+
+// socketFits says why the refresh cannot copy this kernel's sockets, or
+// nil: it copies each one into its scratch (the socket_copy map's value),
+// which must hold this kernel's struct tcp_sock (lock debugging makes it
+// larger).
+var socketFits = sync.OnceValue(func() error {
 	obj, err := loadConns()
 	if err != nil {
 		return err

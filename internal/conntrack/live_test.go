@@ -767,18 +767,7 @@ func TestRefreshDuringTransfer(t *testing.T) {
 		for end := range before {
 			before[end].in, before[end].out = received[end].Load(), sent[end].Load()
 		}
-		snap, err := tr.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for end, ports := range [2][2]uint16{{local, port}, {port, local}} {
-			rs := find(snap.Records, func(r *conn.Record) bool {
-				return r.Proto == "tcp" && r.LocalPort == ports[0] && r.RemotePort == ports[1]
-			})
-			if len(rs) != 1 {
-				t.Fatalf("snapshot %d: %d records of end %d, want 1:\n%s", snapshots, len(rs), end, dump(snap.Records))
-			}
-			r := rs[0]
+		for end, r := range bothEnds(t, tr, local, port, fmt.Sprintf("snapshot %d", snapshots)) {
 			in, out := received[end].Load()+chunk, sent[end].Load()+chunk
 			if r.BytesIn < before[end].in || r.BytesIn > in || r.BytesOut < before[end].out || r.BytesOut > out {
 				t.Fatalf("snapshot %d, end %d: bytes in/out %d/%d, want within %d–%d / %d–%d",
@@ -795,6 +784,28 @@ func TestRefreshDuringTransfer(t *testing.T) {
 		t.Fatalf("nothing moved in %d snapshots: %+v", snapshots, last)
 	}
 	t.Logf("%d snapshots; client in/out %d/%d bytes", snapshots, last[0].in, last[0].out)
+}
+
+// bothEnds takes a snapshot and returns the records of a TCP connection's
+// two ends, the client's (local port client) and the server's, failing
+// unless each has one; when names the snapshot.
+func bothEnds(t *testing.T, tr *Tracker, client, server uint16, when string) [2]conn.Record {
+	t.Helper()
+	snap, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends [2]conn.Record
+	for end, ports := range [2][2]uint16{{client, server}, {server, client}} {
+		rs := find(snap.Records, func(r *conn.Record) bool {
+			return r.Proto == "tcp" && r.LocalPort == ports[0] && r.RemotePort == ports[1]
+		})
+		if len(rs) != 1 {
+			t.Fatalf("%s: %d records of end %d, want 1:\n%s", when, len(rs), end, dump(snap.Records))
+		}
+		ends[end] = rs[0]
+	}
+	return ends
 }
 
 // TestEntryOutlivingItsSocket: an entry whose socket is gone without its
@@ -858,5 +869,111 @@ func TestEntryOutlivingItsSocket(t *testing.T) {
 	var left connsConn
 	if err := tr.objs.Conns.Lookup(ghost.Cookie, &left); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("the entry without its socket is still in the table (%v): %+v", err, left)
+	}
+}
+
+// TestTornCopyNotCounted: a copy of a socket whose pairs' bases differ from
+// its entry's, which is what a copy caught between the two stores of an
+// update shows (bpf/tcp.h), is not counted by the refresh — conns_refresh,
+// or conns_refresh_netns where the kernel refuses it (5.10), which writes
+// the table: the connection shows what the last refresh showed, and the
+// new bases count once two refreshes in a row saw them, at every refresh
+// after. Made by shifting the receive base in the server end's entry while
+// the connection is idle, then sending to it; the client end, untouched,
+// shows that each refresh ran.
+func TestTornCopyNotCounted(t *testing.T) {
+	tr := openTracker(t, Config{})
+	if b := hookBackend(tr, "tcp-counters"); b == "" {
+		testenv.Unsupported(t, "tcp-counters refused: %+v", tr.Choices())
+	}
+	done := make(chan struct{})
+	defer close(done)
+	accepted := make(chan net.Conn, 1)
+	l := testenv.ServeLoopbackTCP(t, func(s net.Conn) { accepted <- s; <-done })
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	port, local := uint16(l.Addr().(*net.TCPAddr).Port), uint16(c.LocalAddr().(*net.TCPAddr).Port)
+	var sent uint64
+	send := func(n int) {
+		t.Helper()
+		if _, err := c.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		sent += uint64(n)
+	}
+	send(1000)
+	server := bothEnds(t, tr, local, port, "before")[1]
+	if server.BytesIn != sent {
+		t.Fatalf("before: the server end read %d bytes, want %d", server.BytesIn, sent)
+	}
+	var e connsConn
+	if err := tr.objs.Conns.Lookup(server.Cookie, &e); err != nil {
+		t.Fatal(err)
+	}
+	e.RcvBase++
+	if err := tr.objs.Conns.Update(server.Cookie, &e, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name string
+		send int
+		in   uint64 // what the server end shows
+	}{{"torn", 500, 1000}, {"confirmed", 0, 1500}, {"after", 250, 1750}} {
+		send(step.send)
+		got := bothEnds(t, tr, local, port, step.name)
+		if got[0].BytesOut != sent || got[1].BytesIn != step.in {
+			t.Errorf("%s: the client wrote %d bytes and the server read %d, want %d and %d",
+				step.name, got[0].BytesOut, got[1].BytesIn, sent, step.in)
+		}
+	}
+}
+
+// TestNetnsNewOnlyForTheIterator: a new connection notes its network
+// namespace in netns_new only where conns_refresh_netns refreshes, which
+// reads it; elsewhere the map has one entry, and nothing writes it.
+func TestNetnsNewOnlyForTheIterator(t *testing.T) {
+	tr := openTracker(t, Config{})
+	iterates := hookBackend(tr, "tcp-counters") == iteratorPath
+	spec, err := loadConns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := uint32(1)
+	if iterates {
+		size = spec.Maps[connsMapNetnsNew].MaxEntries
+	}
+	if got := tr.objs.NetnsNew.MaxEntries(); got != size {
+		t.Errorf("netns_new has %d entries, want %d (tcp-counters by %q)", got, size, hookBackend(tr, "tcp-counters"))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		t.Fatal(err)
+	}
+	ino := uint32(st.Ino)
+	// Noted already if a socket here was adopted at start-up.
+	if err := tr.objs.NetnsNew.Delete(ino); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatal(err)
+	}
+	l := testenv.ServeLoopbackTCP(t, func(net.Conn) {})
+	c, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var one uint8
+	err = tr.objs.NetnsNew.Lookup(ino, &one)
+	if iterates && err != nil {
+		t.Errorf("a new connection did not note its namespace %d for conns_refresh_netns: %v", ino, err)
+	}
+	if !iterates && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("a new connection noted its namespace %d, which nothing reads where tcp-counters is %q (lookup: %v)",
+			ino, hookBackend(tr, "tcp-counters"), err)
 	}
 }

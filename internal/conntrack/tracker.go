@@ -149,10 +149,35 @@ func (t *Tracker) loadMaps() error {
 	if err := vars.TracingCookie.Set(tracingCookie()); err != nil {
 		return fmt.Errorf("%s: %w", vars.TracingCookie.Name, err)
 	}
+	if err := t.namespacesNoted(spec, &vars); err != nil {
+		return err
+	}
 	if t.engine, err = attach.Load(spec, attach.Netns{}); err != nil {
 		return fmt.Errorf("connection tracking: %w", err)
 	}
 	return t.engine.AssignMaps(&t.objs)
+}
+
+// namespacesNoted decides, before anything is loaded, whether new
+// connections note their network namespace in netns_new, which serves
+// conns_refresh_netns only: where tcp-counters will be that iterator
+// (conns_refresh refused at its gate, the iterator not). Elsewhere the
+// state programs leave the map alone (refresh_netns: the verifier removes
+// the lookup from every new connection), and it keeps one entry. Should
+// conns_refresh pass its gate and still be refused (its test run), the
+// iterator runs without it: the namespaces it walks are then those of the
+// last snapshot's entries, so a socket in a namespace new to the tracker
+// shows live counters from its second refresh.
+func (t *Tracker) namespacesNoted(spec *ebpf.CollectionSpec, vars *connsVariableSpecs) error {
+	tcp, _ := t.cfg.Filter.Protocols()
+	noted := tcp && refreshRuns() != nil && refreshIterates() == nil
+	if err := vars.RefreshNetns.Set(noted); err != nil {
+		return fmt.Errorf("%s: %w", vars.RefreshNetns.Name, err)
+	}
+	if !noted {
+		spec.Maps[connsMapNetnsNew].MaxEntries = 1
+	}
+	return nil
 }
 
 func (t *Tracker) open() error {

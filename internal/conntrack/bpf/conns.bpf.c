@@ -122,8 +122,9 @@ int conns_refresh(u64 *ctx)
  * conns_refresh_netns is conns_refresh where the kernel has no
  * bpf_for_each_map_elem (before 5.13): an iterator over the TCP sockets of
  * one network namespace (the one of the task that opens it), which user
- * space reads in every namespace with tracked sockets. A socket that
- * reached TCP_CLOSE is no longer in the tables it walks.
+ * space reads in every namespace with tracked sockets, and which refreshes
+ * the entries in the table (refresh_found). A socket that reached TCP_CLOSE
+ * is no longer in the tables it walks.
  */
 SEC("iter/tcp")
 int conns_refresh_netns(struct bpf_iter__tcp *ctx)
@@ -134,11 +135,8 @@ int conns_refresh_netns(struct bpf_iter__tcp *ctx)
 	struct sock *sk = (void *)tp;
 	u64 key = tcp_key(sk);
 	struct conn *c = bpf_map_lookup_elem(&conns, &key);
-	if (!c)
-		return 0;
-	if (!c->sport)
-		read_tuple(c, sk);
-	refresh(c, tp, sk->__sk_common.skc_state);
+	if (c)
+		refresh_found(c, sk);
 	return 0;
 }
 

@@ -172,6 +172,11 @@ struct {
 	__type(value, u8);
 } netns_new SEC(".maps");
 
+/* User space sets this only where conns_refresh_netns is the refresh (the
+ * kernel refused conns_refresh): everywhere else nothing reads netns_new,
+ * and the verifier removes its lookup from every new connection. */
+const volatile bool refresh_netns = false;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);

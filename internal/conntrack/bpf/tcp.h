@@ -92,15 +92,23 @@ static __always_inline u32 snd_base(const struct tcp_sock *tp)
 	return (u32)tp->bytes_acked - tp->snd_una;
 }
 
-/* refresh copies what changes over a connection's life from the socket;
+/* refresh_counters copies the counters of a connection from the socket;
  * fin_state is the state that says whether our FIN is in its sequence space. */
-static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, int fin_state)
+static __always_inline void refresh_counters(struct conn *c, const struct tcp_sock *tp, int fin_state)
 {
 	tcp_bytes(c, tp, fin_state);
 	c->packets_in = tp->segs_in;
 	c->packets_out = tp->segs_out;
 	c->srtt_us = tp->srtt_us >> 3;
 	c->retrans = tp->total_retrans;
+}
+
+/* refresh copies what changes over a connection's life from the socket,
+ * the bases of its pairs too: call it with the socket's lock held (a state
+ * change, the destruction) or where nothing better is known (conns_adopt). */
+static __always_inline void refresh(struct conn *c, const struct tcp_sock *tp, int fin_state)
+{
+	refresh_counters(c, tp, fin_state);
 	c->rcv_base = rcv_base(tp);
 	c->snd_base = snd_base(tp);
 }
@@ -166,7 +174,7 @@ static __always_inline bool tcp_insert(const struct conn *fresh, u64 how)
 		return false;
 	}
 	u8 one = 1;
-	if (!bpf_map_lookup_elem(&netns_new, &fresh->owner.netns))
+	if (refresh_netns && !bpf_map_lookup_elem(&netns_new, &fresh->owner.netns))
 		bpf_map_update_elem(&netns_new, &fresh->owner.netns, &one, BPF_NOEXIST);
 	return true;
 }
@@ -367,7 +375,9 @@ static __always_inline bool tcp_destroyed(struct sock *sk)
  * The refreshed entry goes back to user space only, never into the table:
  * without the socket's lock, a write there could land after a close that
  * the state programs recorded meanwhile, or in the element of another
- * socket that took the entry's place.
+ * socket that took the entry's place. (conns_refresh_netns, the iterator
+ * that refreshes where the kernel refuses conns_refresh, does write the
+ * table: see refresh_found.)
  *
  * An entry lives from a state change until the socket's destruction deletes
  * it, so its socket is there — unless both destruction programs' runs were
@@ -405,7 +415,9 @@ struct {
 } refresh_batch SEC(".maps");
 
 /* The scratch is one buffer, not one per CPU: only user space runs the
- * refresh, one run at a time, with preemption off. */
+ * refresh, one run or one iterator read at a time, and neither can be
+ * preempted (a test run has preemption off; the iterator before 5.15 holds
+ * its bucket's spin lock). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -419,7 +431,8 @@ struct bases {
 };
 
 /* Bases a refresh saw that differ from their entry's, by key, for the next
- * refresh to confirm (rebased). Only conns_refresh writes it. */
+ * refresh to confirm (rebased). Only the refresh (conns_refresh,
+ * conns_refresh_netns) writes it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -436,12 +449,12 @@ struct {
 		hi = end > hi ? end : hi;                                                     \
 	} while (0)
 
-/* copy_socket copies what refresh(), read_tuple() and is_entry_socket() read
- * of the tcp_sock at addr into buf, at the same offsets, or returns false:
- * the span of tcp_sock from the first field refresh() reads to the end of
- * the last (about 750 of its 2,300 bytes on 6.18; the rest of buf is
- * stale), then its struct sock_common. A field added to refresh() must be
- * added here. */
+/* copy_socket copies what refresh_counters(), whole(), read_tuple() and
+ * is_entry_socket() read of the tcp_sock at addr into buf, at the same
+ * offsets, or returns false: the span of tcp_sock from the first field
+ * refresh_counters() reads to the end of the last (about 750 of its 2,300
+ * bytes on 6.18; the rest of buf is stale), then its struct sock_common. A
+ * field added to refresh_counters() must be added here. */
 static __always_inline bool copy_socket(void *buf, u64 addr)
 {
 	u32 common = bpf_core_type_size(struct sock_common);
@@ -460,7 +473,7 @@ static __always_inline bool copy_socket(void *buf, u64 addr)
 	/* The probe read copies 8 bytes a load from where it starts: from an
 	 * aligned start, no 64-bit counter is read in two halves. */
 	lo &= ~7U;
-	/* Never true where user space runs the refresh (refreshRuns): it
+	/* Never true where user space runs either refresh (socketFits): it
 	 * bounds the copy for the verifier. */
 	if (hi > SOCKET_COPY_SIZE || common > lo)
 		return false;
@@ -505,6 +518,61 @@ static __always_inline bool rebased(const struct conn *c, const struct tcp_sock 
  * update is taken again (the update is two stores apart). */
 #define SOCKET_COPIES 3
 
+/* What copy_whole made of an entry's socket. */
+enum copied {
+	COPIED_WHOLE,  /* the scratch holds a copy whose pairs are whole */
+	COPIED_TORN,   /* every copy caught an update, or the bases changed since the last refresh */
+	COPIED_CLOSED, /* closed: its counters are final at its destruction */
+	COPIED_GONE,   /* the copy failed, or is not the entry's socket */
+};
+
+/* copy_whole copies the socket at addr, entry c's, into buf (the scratch)
+ * without the socket's lock, until a copy has its pairs whole, at most
+ * SOCKET_COPIES times; a base that changed for good is taken on the last
+ * copy once two refreshes in a row saw it (rebased). found: the caller
+ * found the socket itself and c by its key (an iterator), so the copy need
+ * not show it is c's socket. */
+static __always_inline enum copied copy_whole(const struct conn *c, void *buf, u64 addr, bool found)
+{
+	const struct tcp_sock *tp = buf;
+	const struct sock *sk = buf;
+
+	if (c->flags & CONN_CLOSED)
+		return COPIED_CLOSED;
+	for (int copy = 0; copy < SOCKET_COPIES; copy++) {
+		if (!copy_socket(buf, addr) || !(found || is_entry_socket(c, sk)))
+			return COPIED_GONE;
+		int state = sk->__sk_common.skc_state;
+		if (state == TCP_CLOSE)
+			return COPIED_CLOSED;
+		if (whole(c, tp, state) || (copy == SOCKET_COPIES - 1 && rebased(c, tp)))
+			return COPIED_WHOLE;
+	}
+	return COPIED_TORN;
+}
+
+/* refresh_copied refreshes c's counters from a whole copy of its socket in
+ * buf. The bases stay the entry's: those of its last state change, read
+ * under the socket's lock (a confirmed new one is confirmed again at every
+ * refresh, at the cost of the copies). */
+static __always_inline void refresh_copied(struct conn *c, const void *buf)
+{
+	const struct sock *sk = buf;
+
+	/* connect() moves a socket into SYN_SENT before it binds the local
+	 * port (tcp_v4_connect, tcp_v6_connect: inet_hash_connect comes
+	 * after), so that change recorded port 0. */
+	if (!c->sport)
+		read_tuple(c, sk);
+	refresh_counters(c, buf, sk->__sk_common.skc_state);
+}
+
+static __always_inline void *socket_scratch(void)
+{
+	u32 zero = 0;
+	return bpf_map_lookup_elem(&socket_copy, &zero);
+}
+
 /* refresh_entry refreshes c, an entry as user space read it, from its
  * socket, read without the socket's lock. Where it cannot (SOCKET_COPIES
  * copies caught an update, or the bases changed since the last refresh) it
@@ -514,34 +582,49 @@ static __always_inline bool rebased(const struct conn *c, const struct tcp_sock 
  * closed event has it), or without its destruction seen. */
 static __always_inline void refresh_entry(struct conn *c)
 {
-	u32 zero = 0;
-	void *buf = bpf_map_lookup_elem(&socket_copy, &zero);
-	const struct tcp_sock *tp = buf;
-	const struct sock *sk = buf;
+	void *buf = socket_scratch();
 
-	if (!buf || (c->flags & CONN_CLOSED))
+	if (!buf)
 		return;
-	for (int copy = 0; copy < SOCKET_COPIES; copy++) {
-		if (!copy_socket(buf, c->sk) || !is_entry_socket(c, sk)) {
-			if (c->cookie != c->sk) /* a cookie is never reused */
-				c->flags |= CONN_GONE;
-			return;
-		}
-		int state = sk->__sk_common.skc_state;
-		if (state == TCP_CLOSE)
-			return;
-		if (whole(c, tp, state) || (copy == SOCKET_COPIES - 1 && rebased(c, tp))) {
-			/* connect() moves a socket into SYN_SENT before it binds
-			 * the local port (tcp_v4_connect, tcp_v6_connect:
-			 * inet_hash_connect comes after), so that change recorded
-			 * port 0. */
-			if (!c->sport)
-				read_tuple(c, sk);
-			refresh(c, tp, state);
-			return;
-		}
+	switch (copy_whole(c, buf, c->sk, false)) {
+	case COPIED_WHOLE:
+		refresh_copied(c, buf);
+		break;
+	case COPIED_TORN:
+		c->flags |= CONN_STALE;
+		break;
+	case COPIED_GONE:
+		if (c->cookie != c->sk) /* a cookie is never reused */
+			c->flags |= CONN_GONE;
+		break;
+	case COPIED_CLOSED:
+		break;
 	}
-	c->flags |= CONN_STALE;
+}
+
+/*
+ * refresh_found refreshes c, the table's own entry of the socket at sk,
+ * which conns_refresh_netns visits under its hash bucket's lock, not the
+ * socket's: so it reads the socket as refresh_entry does, through a copy
+ * whose pairs are whole, and writes nothing of a torn one. The entry then
+ * keeps what the last refresh or state change wrote, which is what
+ * CONN_STALE has user space keep where conns_refresh runs.
+ *
+ * It writes the counters and a tuple still without its port into the
+ * table, never the bases, state, flags or owner, which are the state
+ * programs' (the bases read under the socket's lock). A write
+ * cannot land after a close: the move into TCP_CLOSE unhashes the socket,
+ * under this same bucket lock, before its tracepoint runs (tcp_set_state();
+ * one going to TIME_WAIT leaves the bucket in inet_twsk_hashdance() before
+ * that), so the close's state change and the destruction that deletes the
+ * entry come after the iterator has left the socket.
+ */
+static __always_inline void refresh_found(struct conn *c, const struct sock *sk)
+{
+	void *buf = socket_scratch();
+
+	if (buf && copy_whole(c, buf, (u64)sk, true) == COPIED_WHOLE)
+		refresh_copied(c, buf);
 }
 
 /* tcp_socket returns the full TCP socket an iterator visits, or NULL for a
