@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/clierr"
-	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/exporter"
@@ -166,7 +164,6 @@ func (n negated) Set(s string) error {
 type serveConfig struct {
 	latency   latency.Config
 	conns     conntrack.Config
-	sel       *connfilter.Filter
 	selection selector.Selection // -p, -c, -i, -n as parsed, to stop when one goes
 }
 
@@ -208,15 +205,18 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if c.latency.Hooks, err = o.latencyHooks(c.latency.Hooks); err != nil {
 		return c, err
 	}
-	// The probes' selection selects the connections too.
-	if c.sel, err = o.conns.CompileWith(c.selection); err != nil {
+	// The probes' selection selects the connections too. The tracker
+	// applies it, so --tcp or --udp leaves the other protocol's programs
+	// unattached, as in stream.
+	sel, err := o.conns.CompileWith(c.selection)
+	if err != nil {
 		return c, err
 	}
 	pods, err := o.pods.Resolver()
 	if err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{UDPIdle: o.udpIdle, MaxConnections: o.maxConn, Pods: pods}
+	c.conns = conntrack.Config{UDPIdle: o.udpIdle, Filter: sel, MaxConnections: o.maxConn, Pods: pods}
 	if err := o.readWaitConfig(&c.latency); err != nil {
 		return c, err
 	}
@@ -286,18 +286,6 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 		return 0, clierr.Usage("latency.probes", list, "names no probe")
 	}
 	return set, nil
-}
-
-// selectedConns is the tracker's snapshots restricted to the selection.
-type selectedConns struct {
-	tracker *conntrack.Tracker
-	sel     *connfilter.Filter
-}
-
-func (s selectedConns) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
-	snap, err := s.tracker.SnapshotInto(records)
-	snap.Records = slices.DeleteFunc(snap.Records, func(r conn.Record) bool { return !s.sel.Match(&r) })
-	return snap, err
 }
 
 func (o *serveOptions) run(ctx context.Context) error {
@@ -386,7 +374,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 			cfg.Connections.ExportReadWait()
 		}
 		polling.Go(func() {
-			cfg.Connections.Poll(pollCtx, selectedConns{tracker, c.sel}, time.Duration(o.interval))
+			cfg.Connections.Poll(pollCtx, tracker, time.Duration(o.interval))
 		})
 	}
 	reg.MustRegister(exporter.New(cfg))

@@ -158,6 +158,9 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 		// runs it alone: either way no other hook.
 		{[]string{"--collector.read-wait"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--collector.read-wait", "--no-collector.latency"}, "tcp-destroy,tcp-socket-read,tcp-state,udp-egress,udp-ingress,udp-owner", true},
+		// A protocol selection leaves the other protocol's programs out.
+		{[]string{"--tcp"}, "tcp-destroy,tcp-socket-read,tcp-state", true},
+		{[]string{"--udp", "--no-collector.latency"}, "udp-egress,udp-ingress,udp-owner", true},
 		{[]string{"--no-collector.connections", "--at", "tracepoint:net:netif_receive_skb"}, "tcp-socket-read,tracepoint:net:netif_receive_skb", false},
 	}
 	for _, c := range cases {

@@ -124,7 +124,7 @@ func TestServeConnectionSelection(t *testing.T) {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
 		for r, want := range tc.want {
-			if got := c.sel.Match(r); got != want {
+			if got := c.conns.Filter.Match(r); got != want {
 				t.Errorf("%v: pid %d comm %s %s %s netns %d: selected %v, want %v",
 					tc.args, r.PID, r.Comm, r.Proto, r.LocalAddr, r.Netns, got, want)
 			}
