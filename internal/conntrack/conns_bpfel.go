@@ -101,6 +101,13 @@ type connsOwner struct {
 	Comm     [16]int8
 }
 
+type connsStateRan struct {
+	_      structs.HostLayout
+	Sk     uint64
+	Change uint32
+	_      [4]byte
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -116,6 +123,7 @@ const (
 	connsMapRefreshBatch          = "refresh_batch"
 	connsMapSocketCopy            = "socket_copy"
 	connsMapStateMarks            = "state_marks"
+	connsMapStateSlot             = "state_slot"
 	connsProgConnsAdopt           = "conns_adopt"
 	connsProgConnsOwners          = "conns_owners"
 	connsProgConnsRefresh         = "conns_refresh"
@@ -211,6 +219,7 @@ type connsMapSpecs struct {
 	RefreshBatch *ebpf.MapSpec `ebpf:"refresh_batch"`
 	SocketCopy   *ebpf.MapSpec `ebpf:"socket_copy"`
 	StateMarks   *ebpf.MapSpec `ebpf:"state_marks"`
+	StateSlot    *ebpf.MapSpec `ebpf:"state_slot"`
 }
 
 // connsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -252,6 +261,7 @@ type connsMaps struct {
 	RefreshBatch *ebpf.Map `ebpf:"refresh_batch"`
 	SocketCopy   *ebpf.Map `ebpf:"socket_copy"`
 	StateMarks   *ebpf.Map `ebpf:"state_marks"`
+	StateSlot    *ebpf.Map `ebpf:"state_slot"`
 }
 
 func (m *connsMaps) Close() error {
@@ -267,6 +277,7 @@ func (m *connsMaps) Close() error {
 		m.RefreshBatch,
 		m.SocketCopy,
 		m.StateMarks,
+		m.StateSlot,
 	)
 }
 

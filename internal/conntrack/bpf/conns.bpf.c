@@ -41,9 +41,12 @@ char LICENSE[] SEC("license") = "GPL";
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 {
+	struct state_ran *slot = own_slot();
 	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
 
-	if (!tp || !tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate))
+	if (tp && tcp_state_change(sk, tp, tcp_key(sk), oldstate, newstate))
+		note_ran(slot, sk, state_mark(oldstate, newstate));
+	else
 		mark_change(sk, oldstate, newstate);
 	return 0;
 }
@@ -51,7 +54,11 @@ int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 {
-	const struct tcp_sock *tp = tracked_change(oldstate, newstate) ? tcp_of(sk) : NULL;
+	bool tracked = tracked_change(oldstate, newstate);
+
+	if (tracked && first_ran(sk, state_mark(oldstate, newstate)))
+		return 0;
+	const struct tcp_sock *tp = tracked ? tcp_of(sk) : NULL;
 	u64 cookie = tp ? tcp_key(sk) : 0;
 	struct conn *c = tp ? bpf_map_lookup_elem(&conns, &cookie) : NULL;
 
@@ -68,14 +75,17 @@ int BPF_PROG(conns_tcp_state_spare, struct sock *sk, int oldstate, int newstate)
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(conns_tcp_destroy, struct sock *sk)
 {
+	struct state_ran *slot = own_slot();
+
 	tcp_destroyed(sk);
+	note_ran(slot, sk, CHANGE_DESTROY);
 	return 0;
 }
 
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(conns_tcp_destroy_spare, struct sock *sk)
 {
-	if (tcp_destroyed(sk))
+	if (!first_ran(sk, CHANGE_DESTROY) && tcp_destroyed(sk))
 		count_drop(DROP_COVERED);
 	return 0;
 }

@@ -215,18 +215,44 @@ static __always_inline bool tracked_change(int oldstate, int newstate)
  * preempted inside the program. Two programs share the tracepoint and are
  * called in the order they were attached: conns_tcp_state applies every
  * change it runs for, conns_tcp_state_spare only one the first program's
- * run was skipped for. Changes of one socket do not interrupt each other
- * (the socket lock serialises them), so the socket's own entry tells the
- * two apart where per-CPU state cannot (it holds across a preemption
- * between the two programs): conns_tcp_state leaves it in the new state,
- * a skipped run in the old one. A change that leaves no entry — one that
- * is not tracked (a child's birth into SYN_RECV, about one per accepted
- * connection) or that found the table full — the first program marks here
- * instead, by socket address, and the spare consumes the mark: so that the
- * spare counts only the changes whose first run was skipped (the loss
- * counter subtracts them from the kernel's count of skipped runs), and
- * neither applies nor counts a table-full change twice.
+ * run was skipped for, and counts it (the loss counter subtracts those from
+ * the kernel's count of skipped runs).
+ *
+ * The first program's last act is to note the change it applied in a
+ * per-CPU slot (own_slot, note_ran); the spare, which runs right after it, finds the
+ * change there and stops: a map lookup the verifier inlines, where
+ * checking the socket's entry costs a lookup in the connection table (the
+ * spare's share of a short connection's cost was a fifth). The spare
+ * clears the slot, so that it never vouches for a later change.
+ *
+ * The slot is not found when something ran between the two programs on
+ * that CPU and noted its own change there: a softirq state change that
+ * interrupted a change in process context, or on 7.x another task
+ * preempting this one. The spare then tells the two cases apart by the
+ * socket's own entry, which holds across any of that: conns_tcp_state
+ * leaves it in the new state, a skipped run in the old one (changes of one
+ * socket do not interrupt each other: the socket lock serialises them). A
+ * change that leaves no entry — one that is not tracked (a child's birth
+ * into SYN_RECV, about one per accepted connection) or that found the
+ * table full — the first program marks by socket address in state_marks
+ * instead, and the spare consumes the mark: so that it counts only the
+ * changes whose first run was skipped, and neither applies nor counts a
+ * table-full change twice. Those keep the map rather than the slot
+ * because a mark must hold across whatever runs between the two programs,
+ * and a change that leaves no entry has nothing else that does.
  */
+struct state_ran {
+	u64 sk;
+	u32 change;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct state_ran);
+} state_slot SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384); /* a mark only has to live from one program to the next */
@@ -234,9 +260,48 @@ struct {
 	__type(value, u32);
 } state_marks SEC(".maps");
 
+/* The change a destruction is noted as: no state change has it. */
+#define CHANGE_DESTROY 0xffffffffU
+
 static __always_inline u32 state_mark(int oldstate, int newstate)
 {
 	return (u32)oldstate << 16 | (u32)newstate;
+}
+
+/* own_slot returns this CPU's slot, cleared, for the first program to note
+ * its change in once applied (note_ran). Cleared first thing: a change
+ * whose first run the kernel skips happens while a first run is under way
+ * on the CPU, and then the slot cannot be vouching for it, even where the
+ * spare that should have cleared it was skipped too. */
+static __always_inline struct state_ran *own_slot(void)
+{
+	u32 zero = 0;
+	struct state_ran *slot = bpf_map_lookup_elem(&state_slot, &zero);
+
+	if (slot)
+		slot->sk = 0;
+	return slot;
+}
+
+static __always_inline void note_ran(struct state_ran *slot, const struct sock *sk, u32 change)
+{
+	if (slot) {
+		slot->sk = (u64)sk;
+		slot->change = change;
+	}
+}
+
+/* first_ran tells whether the first program noted change in this CPU's
+ * slot, and clears the slot. */
+static __always_inline bool first_ran(const struct sock *sk, u32 change)
+{
+	u32 zero = 0;
+	struct state_ran *slot = bpf_map_lookup_elem(&state_slot, &zero);
+
+	if (!slot || slot->sk != (u64)sk || slot->change != change)
+		return false;
+	slot->sk = 0;
+	return true;
 }
 
 static __always_inline void mark_change(const struct sock *sk, int oldstate, int newstate)
