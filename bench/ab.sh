@@ -3,13 +3,16 @@
 # for questions the harness's named tools do not ask (a build with one part
 # of a program taken out, an empty program at a hook). As root:
 #
-#   bench/ab.sh [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] 'COMMAND' ...
+#   bench/ab.sh [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] [-k] 'COMMAND' ...
 #
 # nginx (one worker, pinned to CPU 0, keep-alive, a 3-byte answer) listens on
-# 127.0.0.1:18160; wrk (one thread, CPU 1) loads it for -d seconds per round,
+# 127.0.0.1:18160; wrk (one thread, CPU 1) loads it for -d seconds per round
+# (with -k, one connection per request: wrk sends Connection: close),
 # in the order none, COMMAND1, none, COMMAND2, ..., none, ROUNDS times. Each
-# command starts -s seconds (3) before its round and gets SIGINT after it
-# (SIGTERM 5 s later if it is still running). A round's
+# command starts, in a process group of its own, -s seconds (3) before its
+# round; after it the whole group gets SIGINT (SIGKILL 5 s later if any of
+# it is still running), and the next round starts only once none is. A
+# round's
 # ratio is its requests/s over the mean of the two baseline rounds around it;
 # per command the mean, standard deviation, count, minimum and maximum of
 # those ratios are printed, and the same for wrk's p99 latency (mean, minimum
@@ -17,17 +20,18 @@
 # `sleep` command as a control belongs in any p99 question). No confidence
 # verdicts: that is bench/run.sh.
 set -eu
-rounds=6 duration=5 conns=100 settle=3
+rounds=6 duration=5 conns=100 settle=3 close=""
 usage() {
-	echo "usage: $0 [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] 'COMMAND' ..." >&2
+	echo "usage: $0 [-r ROUNDS] [-d SECONDS] [-c CONNECTIONS] [-s SECONDS] [-k] 'COMMAND' ..." >&2
 	exit 2
 }
-while getopts r:d:c:s:h opt; do
+while getopts r:d:c:s:kh opt; do
 	case $opt in
 	r) rounds=$OPTARG ;;
 	d) duration=$OPTARG ;;
 	c) conns=$OPTARG ;;
 	s) settle=$OPTARG ;;
+	k) close=1 ;;
 	*) usage ;;
 	esac
 done
@@ -73,14 +77,17 @@ trap 'kill $nginx_pid 2>/dev/null; wait $nginx_pid 2>/dev/null; rm -rf "$dir"' E
 sleep 0.5
 
 measure() { # requests/s and p99 (µs) of a wrk run of $1 seconds
-	taskset -c 1 wrk --latency -t1 -c"$conns" -d"$1"s http://127.0.0.1:18160/ | awk '/^ +99%/ { v=$2; if (v ~ /us$/) p=v+0; else if (v ~ /ms$/) p=(v+0)*1000; else p=(v+0)*1e6 } /^Requests\/sec/ { r=$2 } END { print r, p }'
+	taskset -c 1 wrk --latency -t1 -c"$conns" -d"$1"s ${close:+-H "Connection: close"} http://127.0.0.1:18160/ | awk '/^ +99%/ { v=$2; if (v ~ /us$/) p=v+0; else if (v ~ /ms$/) p=(v+0)*1000; else p=(v+0)*1e6 } /^Requests\/sec/ { r=$2 } END { print r, p }'
 }
 measure 1 >/dev/null # warm-up
 : >"$dir/rounds"
 for _ in $(seq "$rounds"); do
 	for i in $(seq $#); do
 		echo "none $(measure "$duration")" >>"$dir/rounds"
-		bash -c "${!i}" >/dev/null 2>"$dir/cmd$i.err" &
+		# setsid: the command's processes form a group of their own (a
+		# command string with a redirect or a pipe is not exec'd by bash,
+		# so signalling bash alone would leave them running).
+		setsid bash -c "${!i}" >/dev/null 2>"$dir/cmd$i.err" &
 		cmd_pid=$!
 		sleep "$settle"
 		if ! kill -0 $cmd_pid 2>/dev/null; then
@@ -89,12 +96,11 @@ for _ in $(seq "$rounds"); do
 			exit 1
 		fi
 		echo "cmd$i $(measure "$duration")" >>"$dir/rounds"
-		# A command a script starts in the background ignores SIGINT
-		# (POSIX): SIGTERM if it is still there after 5 s.
-		kill -INT $cmd_pid
-		for _ in $(seq 50); do kill -0 $cmd_pid 2>/dev/null || break; sleep 0.1; done
-		kill -TERM $cmd_pid 2>/dev/null || true
+		kill -INT -- -$cmd_pid 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 -- -$cmd_pid 2>/dev/null || break; sleep 0.1; done
+		kill -KILL -- -$cmd_pid 2>/dev/null || true
 		wait $cmd_pid || true
+		while kill -0 -- -$cmd_pid 2>/dev/null; do sleep 0.1; done
 	done
 done
 echo "none $(measure "$duration")" >>"$dir/rounds"

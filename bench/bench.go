@@ -33,7 +33,7 @@ type results struct {
 	Overhead  []overheadResult  `json:"overhead,omitempty"`
 	Cost      []costResult      `json:"cost,omitempty"`
 	UserSpace []userspaceResult `json:"userspace,omitempty"`
-	Churn     *churnResult      `json:"churn,omitempty"`
+	Churn     []churnResult     `json:"churn,omitempty"`
 	Startup   []startupResult   `json:"startup,omitempty"`
 	LeftOut   []string          `json:"left_out,omitempty"` // tools this stacktop build lacks
 }
@@ -189,9 +189,10 @@ func startWorkload(cfg config) (*workload, error) {
 	return w, nil
 }
 
-// wrk returns the load generator for path (loopback or veth) and its URL.
-func (w *workload) wrk(path string) (httpload.Wrk, string) {
-	g := httpload.Wrk{Dir: w.cfg.Out, Threads: 1, CPU: -1}
+// wrk returns the load generator for path (loopback or veth) and load
+// (keepalive or close), and its URL.
+func (w *workload) wrk(path, load string) (httpload.Wrk, string) {
+	g := httpload.Wrk{Dir: w.cfg.Out, Threads: 1, CPU: -1, Close: load == workloadClose}
 	if w.cfg.Pin {
 		g.CPU = 1
 	}

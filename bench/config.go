@@ -16,7 +16,7 @@ import (
 )
 
 // config is everything a run is parameterised by; the defaults make the
-// full run fit in 25 minutes on a 2-core machine.
+// full run fit in 50 minutes on a 2-core machine.
 type config struct {
 	Stacktop string
 	Command  string // how the run was invoked, for the report
@@ -33,6 +33,7 @@ type config struct {
 	Duration   time.Duration
 	Conns      []int
 	Paths      []string
+	Workloads  []string
 	Scale      []int
 	Churn      int
 	Namespaces int
@@ -45,6 +46,16 @@ type config struct {
 var (
 	allSuites = []string{"overhead", "cost", "userspace", "startup"}
 	allPaths  = []string{"loopback", "veth"}
+	// The overhead and cost suites' HTTP workloads: keep-alive connections
+	// (each wrk connection carries every request of its round), and one
+	// connection per request (Connection: close), where what a tool does
+	// per connection shows.
+	allWorkloads = []string{workloadKeepAlive, workloadClose}
+)
+
+const (
+	workloadKeepAlive = "keepalive"
+	workloadClose     = "close"
 )
 
 func parseConfig(args []string) (config, error) {
@@ -54,16 +65,17 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Command, "command", "", "the invocation to show in the report (bench/run.sh passes its own)")
 	fs.StringVar(&c.Out, "out", "", "directory for results.json, report.md and tool logs (default: a new one under /tmp)")
 	suites := fs.String("suites", strings.Join(allSuites, ","), "suites to run")
-	tools := fs.String("tools", "latency,latency-read,stream,serve,bpftrace", "tools to compare with the baseline")
+	tools := fs.String("tools", "latency,latency-read,stream,serve,bpftrace,bpftrace-tcptop", "tools to compare with the baseline")
 	fs.IntVar(&c.Rounds, "rounds", 3, "overhead: minimum rounds of each tool per path and connection count")
 	fs.IntVar(&c.MaxRounds, "max-rounds", 10, "overhead: maximum rounds of each tool per path and connection count")
 	fs.Float64Var(&c.Precision, "precision", 0.015, "overhead: add rounds until each ratio's 95% interval is within ± this (or its target is decided)")
-	fs.DurationVar(&c.Budget, "budget", 25*time.Minute, "the whole run's maximum time; overhead rounds beyond -rounds stop when it is spent")
+	fs.DurationVar(&c.Budget, "budget", 50*time.Minute, "the whole run's maximum time; overhead rounds beyond -rounds stop when it is spent")
 	fs.DurationVar(&c.Duration, "duration", 5*time.Second, "overhead and cost: wrk run time per round (whole seconds)")
 	conns := fs.String("conns", "100,1000", "overhead: wrk concurrent connections")
 	paths := fs.String("paths", strings.Join(allPaths, ","), "overhead: loopback, veth (wrk in a peer namespace)")
+	workloads := fs.String("workloads", strings.Join(allWorkloads, ","), "overhead and cost: keepalive, close (one connection per request)")
 	scale := fs.String("scale", "1000,10000,100000", "userspace: idle connections tracked")
-	fs.IntVar(&c.Churn, "churn", 10000, "userspace: connections opened and closed per second (0: skip)")
+	fs.IntVar(&c.Churn, "churn", 20000, "userspace: connections opened and closed per second (0: skip)")
 	fs.IntVar(&c.Namespaces, "namespaces", 50, "userspace: network namespaces with one idle connection each (0: skip)")
 	fs.DurationVar(&c.Window, "window", 10*time.Second, "userspace: CPU sampling window and churn duration")
 	fs.BoolVar(&c.Pin, "pin", runtime.NumCPU() >= 2, "pin the nginx worker to CPU 0 and wrk to CPU 1")
@@ -75,7 +87,7 @@ func parseConfig(args []string) (config, error) {
 		}
 		return c, usageError{err}
 	}
-	if err := c.validate(*suites, *tools, *paths, *conns, *scale); err != nil {
+	if err := c.validate(*suites, *tools, *paths, *workloads, *conns, *scale); err != nil {
 		return c, usageError{err}
 	}
 	var err error
@@ -94,7 +106,7 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-func (c *config) validate(suites, tools, paths, conns, scale string) error {
+func (c *config) validate(suites, tools, paths, workloads, conns, scale string) error {
 	var err error
 	if c.Suites, err = names(suites, "suites", allSuites); err != nil {
 		return err
@@ -103,6 +115,9 @@ func (c *config) validate(suites, tools, paths, conns, scale string) error {
 		return err
 	}
 	if c.Paths, err = names(paths, "paths", allPaths); err != nil {
+		return err
+	}
+	if c.Workloads, err = names(workloads, "workloads", allWorkloads); err != nil {
 		return err
 	}
 	if c.Conns, err = counts(conns, "conns"); err != nil {
@@ -124,6 +139,8 @@ func (c *config) validate(suites, tools, paths, conns, scale string) error {
 		return fmt.Errorf("-duration %v: must be at least 1s", c.Duration)
 	case c.Window < time.Second:
 		return fmt.Errorf("-window %v: must be at least 1s", c.Window)
+	case len(c.Workloads) == 0 && (c.has("overhead") || c.has("cost")):
+		return errors.New("-workloads: names none, and the overhead and cost suites need one")
 	case c.Churn < 0:
 		return fmt.Errorf("-churn %d: must not be negative", c.Churn)
 	case c.Namespaces < 0 || c.Namespaces > 1000:
@@ -208,18 +225,18 @@ func (c config) overheadTime(reps int) time.Duration {
 	}
 	pairs := time.Duration(len(c.Tools) * reps)
 	perConfig := time.Second + c.Duration + pairs*(c.Duration+toolStartup+c.Duration)
-	return time.Duration(len(c.Conns)*len(c.Paths)) * perConfig
+	return time.Duration(len(c.Workloads)*len(c.Conns)*len(c.Paths)) * perConfig
 }
 
 func (c config) otherSuites() time.Duration {
 	var d time.Duration
 	if c.has("cost") {
-		d += time.Duration(len(c.Tools)+1) * (c.Duration + toolStartup) // and the empty program
+		d += time.Duration(len(c.Workloads)*(len(c.Tools)+1)) * (c.Duration + toolStartup) // and the empty program
 	}
 	if c.has("userspace") {
 		d += time.Duration(len(c.Scale)) * (2*c.Window + 20*time.Second)
 		if c.Churn > 0 {
-			d += c.Window + 5*time.Second
+			d += 2 * (c.Window + 5*time.Second) // stream, then serve
 		}
 		if c.Namespaces > 0 {
 			d += c.Window + 20*time.Second

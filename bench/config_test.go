@@ -22,8 +22,8 @@ func TestDefaultRunFitsItsBudget(t *testing.T) {
 	}
 	// The estimate is the maximum: the budget, which the adaptive rounds
 	// stop at; the minimum rounds must leave some of it to them.
-	if est := cfg.estimate(); est > 25*time.Minute {
-		t.Fatalf("the default full run is estimated at %v; it must fit in 25 minutes", est)
+	if est := cfg.estimate(); est > 50*time.Minute {
+		t.Fatalf("the default full run is estimated at %v; it must fit in 50 minutes", est)
 	}
 	if least, est := cfg.leastTime(), cfg.estimate(); least >= est-5*time.Minute {
 		t.Fatalf("the minimum rounds take %v of the %v: too little left to add rounds", least, est)
@@ -114,7 +114,7 @@ func TestOverheadVerdicts(t *testing.T) {
 	// 0.686, 0.800, 0.898: mean 0.795 ± 0.263 straddles 0.97, but every
 	// round is below 0.97 · 0.941 = 0.913: missed. p99 equal everywhere:
 	// ratios 1 ± 0, met.
-	o := overheadResult{Rounds: roundsOf(schedule, []float64{100, 70, 104, 80, 96, 88, 100})}
+	o := overheadResult{Workload: workloadKeepAlive, Rounds: roundsOf(schedule, []float64{100, 70, 104, 80, 96, 88, 100})}
 	o.summarise()
 	if v := o.verdict("stream", "req/s"); v != rounds.Missed {
 		t.Errorf("req/s: %s, want missed: %+v", v, o.Judged)
@@ -127,7 +127,7 @@ func TestOverheadVerdicts(t *testing.T) {
 	}
 	// Stream 96/102, 100/100, 94/98 = 0.941, 1.000, 0.959: one round
 	// within the band, the interval straddles: inconclusive, more rounds.
-	o = overheadResult{Rounds: roundsOf(schedule, []float64{100, 96, 104, 100, 96, 94, 100})}
+	o = overheadResult{Workload: workloadKeepAlive, Rounds: roundsOf(schedule, []float64{100, 96, 104, 100, 96, 94, 100})}
 	o.summarise()
 	if v := o.verdict("stream", "req/s"); v != rounds.Inconclusive {
 		t.Errorf("req/s: %s, want inconclusive: %+v", v, o.Judged)
@@ -140,7 +140,7 @@ func TestOverheadVerdicts(t *testing.T) {
 func TestNeedMorePutsTargetsFirst(t *testing.T) {
 	// bpftrace has no target, so it comes after the tools that have one
 	// whatever the rotation; every ratio here is a single round.
-	o := overheadResult{Rounds: roundsOf([]string{"none", "bpftrace", "none", "stream", "none"}, []float64{100, 90, 100, 90, 100})}
+	o := overheadResult{Workload: workloadKeepAlive, Rounds: roundsOf([]string{"none", "bpftrace", "none", "stream", "none"}, []float64{100, 90, 100, 90, 100})}
 	o.summarise()
 	for rep := range 2 {
 		if got := o.needMore([]string{"bpftrace", "stream"}, rep, 0.015); !slices.Equal(got, []string{"stream", "bpftrace"}) {

@@ -14,6 +14,7 @@ import (
 )
 
 type costResult struct {
+	Workload string          `json:"workload"` // keepalive or close
 	Tool     string          `json:"tool"`
 	Wrk      httpload.Result `json:"wrk"`
 	Programs []bpfobj.Cost   `json:"programs"`
@@ -23,8 +24,8 @@ type costResult struct {
 }
 
 // runCost loads the HTTP server over loopback at the first connection
-// count while each tool runs, with run-time statistics on, and reports what
-// every program of the tool cost per invocation.
+// count with each workload while each tool runs, with run-time statistics
+// on, and reports what every program of the tool cost per invocation.
 func runCost(ctx context.Context, cfg config, env tool.Env, w *workload) ([]costResult, error) {
 	stats, err := bpfobj.EnableStats()
 	if err != nil {
@@ -35,23 +36,26 @@ func runCost(ctx context.Context, cfg config, env tool.Env, w *workload) ([]cost
 	if err != nil {
 		return nil, err
 	}
-	floor, err := costOfEmpty(cfg, w)
-	if err != nil {
-		return nil, err
-	}
-	out := []costResult{floor}
-	for _, t := range tools {
-		r, err := costOf(ctx, cfg, env, w, t)
+	var out []costResult
+	for _, load := range cfg.Workloads {
+		floor, err := costOfEmpty(cfg, w, load)
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", t.Name, err)
+			return out, err
 		}
-		slog.Info("cost", "tool", t.Name, "programs", len(r.Programs), "bpf_share", fmt.Sprintf("%.2f%%", 100*r.BPFShare))
-		out = append(out, r)
+		out = append(out, floor)
+		for _, t := range tools {
+			r, err := costOf(ctx, cfg, env, w, load, t)
+			if err != nil {
+				return out, fmt.Errorf("%s, %s: %w", load, t.Name, err)
+			}
+			slog.Info("cost", "workload", load, "tool", t.Name, "programs", len(r.Programs), "bpf_share", fmt.Sprintf("%.2f%%", 100*r.BPFShare))
+			out = append(out, r)
+		}
 	}
 	return out, nil
 }
 
-func costOf(ctx context.Context, cfg config, env tool.Env, w *workload, t tool.Tool) (costResult, error) {
+func costOf(ctx context.Context, cfg config, env tool.Env, w *workload, load string, t tool.Tool) (costResult, error) {
 	run, err := tool.Start(ctx, env, t, nil)
 	if err != nil {
 		return costResult{}, err
@@ -61,7 +65,7 @@ func costOf(ctx context.Context, cfg config, env tool.Env, w *workload, t tool.T
 	if err != nil {
 		return costResult{}, err
 	}
-	return costUnderLoad(cfg, w, t.Name, held.Progs)
+	return costUnderLoad(cfg, w, load, t.Name, held.Progs)
 }
 
 // floorTool names the empty program's row in the results.
@@ -69,7 +73,7 @@ const floorTool = "empty program"
 
 // costOfEmpty measures an empty program on a tracepoint every received
 // packet passes (netif_receive_skb): the floor of any program's cost.
-func costOfEmpty(cfg config, w *workload) (costResult, error) {
+func costOfEmpty(cfg config, w *workload, load string) (costResult, error) {
 	e, err := bpfobj.AttachEmpty("netif_receive_skb")
 	if err != nil {
 		return costResult{}, err
@@ -79,18 +83,18 @@ func costOfEmpty(cfg config, w *workload) (costResult, error) {
 	if err != nil {
 		return costResult{}, err
 	}
-	return costUnderLoad(cfg, w, floorTool, []ebpf.ProgramID{id})
+	return costUnderLoad(cfg, w, load, floorTool, []ebpf.ProgramID{id})
 }
 
 // costUnderLoad runs the loopback load and reads what progs cost meanwhile.
-func costUnderLoad(cfg config, w *workload, name string, progs []ebpf.ProgramID) (costResult, error) {
-	r := costResult{Tool: name}
+func costUnderLoad(cfg config, w *workload, load, name string, progs []ebpf.ProgramID) (costResult, error) {
+	r := costResult{Workload: load, Tool: name}
 	before, err := bpfobj.Stats(progs)
 	if err != nil {
 		return r, err
 	}
 	start := time.Now()
-	g, url := w.wrk("loopback")
+	g, url := w.wrk("loopback", load)
 	if r.Wrk, err = g.Run(url, cfg.Conns[0], cfg.Duration); err != nil {
 		return r, err
 	}

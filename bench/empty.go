@@ -19,7 +19,8 @@ import (
 
 // `bench empty -hooks SET,...` holds a program that does nothing at each
 // hook of the named sets until it is interrupted: the floor tools
-// (empty-read, empty-latency, empty-udp, empty-serve) run it, so that the
+// (empty-read, empty-latency, empty-stream-tcp, empty-stream, empty-serve)
+// run it, so that the
 // overhead table shows, next to a stacktop tool, what its program runs
 // cost on this machine when the programs return at once — the dispatch,
 // which no program of ours can take back. A target the floor tool misses
@@ -47,8 +48,18 @@ var emptySets = map[string][]emptyHook{
 		netfilter("PRE_ROUTING", link.NetfilterInetPreRouting, attach.NetfilterFirst),
 		netfilter("LOCAL_IN", link.NetfilterInetLocalIn, attach.NetfilterLast),
 	},
-	// stream's UDP accounting where fentry is refused: every packet.
-	"udp": {cgroupSKB(ebpf.AttachCGroupInetIngress), cgroupSKB(ebpf.AttachCGroupInetEgress)},
+	// The connection table: two runs per TCP state change, two per
+	// socket destroyed (each a program and its spare).
+	"conns": {
+		rawTracepoint("inet_sock_set_state"), rawTracepoint("inet_sock_set_state"),
+		rawTracepoint("tcp_destroy_sock"), rawTracepoint("tcp_destroy_sock"),
+	},
+	// stream's UDP accounting where fentry is refused: every packet, and
+	// every socket created.
+	"udp": {
+		cgroupHook(ebpf.CGroupSKB, ebpf.AttachCGroupInetIngress), cgroupHook(ebpf.CGroupSKB, ebpf.AttachCGroupInetEgress),
+		cgroupHook(ebpf.CGroupSock, ebpf.AttachCGroupInetSockCreate),
+	},
 }
 
 func rawTracepoint(name string) emptyHook {
@@ -72,8 +83,10 @@ func netfilter(name string, hook link.NetfilterInetHook, priority int32) emptyHo
 	}}
 }
 
-func cgroupSKB(at ebpf.AttachType) emptyHook {
-	return emptyHook{name: "cgroup_skb/" + at.String(), typ: ebpf.CGroupSKB, attachType: at, result: 1, attach: func(p *ebpf.Program) ([]link.Link, error) {
+// cgroupHook is a cgroup program on the cgroup v2 root; its empty program
+// returns 1: cgroup_skb's "allow", cgroup/sock_create's too.
+func cgroupHook(typ ebpf.ProgramType, at ebpf.AttachType) emptyHook {
+	return emptyHook{name: "cgroup/" + at.String(), typ: typ, attachType: at, result: 1, attach: func(p *ebpf.Program) ([]link.Link, error) {
 		root, err := cgroup.Root()
 		if err != nil {
 			return nil, err

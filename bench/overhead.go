@@ -14,10 +14,11 @@ import (
 )
 
 type overheadResult struct {
-	Path   string          `json:"path"`
-	Conns  int             `json:"conns"`
-	Rounds []overheadRound `json:"rounds"`
-	Ratios []rounds.Ratio  `json:"ratios"`
+	Workload string          `json:"workload"` // keepalive or close
+	Path     string          `json:"path"`
+	Conns    int             `json:"conns"`
+	Rounds   []overheadRound `json:"rounds"`
+	Ratios   []rounds.Ratio  `json:"ratios"`
 	// Judged are the targets of the tools that have one, decided from the
 	// ratios' intervals and the baseline's noise band.
 	Judged []judged `json:"judged"`
@@ -45,7 +46,7 @@ const (
 	stoppedBudget  = "time budget spent"
 )
 
-// runOverhead runs, for every path and connection count, the interleaved
+// runOverhead runs, for every workload, path and connection count, the interleaved
 // schedule of baseline and tool rounds: the minimum rounds of every tool,
 // then more rounds of the tools whose ratios still need them, each followed
 // by a baseline round, until none does, the maximum rounds are reached or
@@ -54,63 +55,75 @@ const (
 func runOverhead(ctx context.Context, cfg config, env tool.Env, w *workload) ([]overheadResult, error) {
 	var out []overheadResult
 	start := time.Now()
-	configs := len(cfg.Paths) * len(cfg.Conns)
-	for _, path := range cfg.Paths {
-		for _, conns := range cfg.Conns {
-			deadline := start.Add(cfg.overheadBudget() * time.Duration(len(out)+1) / time.Duration(configs))
-			r := overheadResult{Path: path, Conns: conns}
-			// A short unrecorded run first, so the first baseline round does
-			// not pay for cold caches and nginx's first accept burst.
-			g, url := w.wrk(path)
-			if _, err := g.Run(url, conns, time.Second); err != nil {
-				return out, fmt.Errorf("%s, %d connections, warm-up: %w", path, conns, err)
-			}
-			run := func(name string) error {
-				began := time.Now()
-				round, err := overheadRound1(ctx, env, w, path, conns, cfg.Duration, name)
-				round.Wall = time.Since(began)
+	configs := len(cfg.Workloads) * len(cfg.Paths) * len(cfg.Conns)
+	for _, load := range cfg.Workloads {
+		for _, path := range cfg.Paths {
+			for _, conns := range cfg.Conns {
+				deadline := start.Add(cfg.overheadBudget() * time.Duration(len(out)+1) / time.Duration(configs))
+				r, err := runOverheadConfig(ctx, cfg, env, w, overheadResult{Workload: load, Path: path, Conns: conns}, deadline)
+				out = append(out, r)
 				if err != nil {
-					return fmt.Errorf("%s, %d connections, round %d (%s): %w", path, conns, len(r.Rounds)+1, name, err)
-				}
-				res := round.Wrk
-				slog.Info("round", "path", path, "conns", conns, "n", len(r.Rounds)+1,
-					"tool", name, "rps", int(res.RPS), "p99", res.P99, "errors", res.Errors,
-					"tool_cpu", fmt.Sprintf("%.1f%%", 100*round.ToolCPU))
-				r.Rounds = append(r.Rounds, round)
-				return nil
-			}
-			for _, name := range rounds.Schedule(cfg.Tools, cfg.Rounds) {
-				if err := run(name); err != nil {
 					return out, err
 				}
 			}
-			r.Stopped = stoppedRounds
-		more:
-			for rep := cfg.Rounds; rep < cfg.MaxRounds; rep++ {
-				r.summarise()
-				needy := r.needMore(cfg.Tools, rep, cfg.Precision)
-				if len(needy) == 0 {
-					r.Stopped = stoppedSettled
-					break
-				}
-				for _, name := range needy {
-					if time.Now().Add(r.pairTime()).After(deadline) {
-						r.Stopped = stoppedBudget
-						break more
-					}
-					for _, n := range []string{name, rounds.Baseline} {
-						if err := run(n); err != nil {
-							return out, err
-						}
-					}
-				}
-			}
-			r.summarise()
-			slog.Info("rounds stopped", "path", path, "conns", conns, "why", r.Stopped, "rounds", len(r.Rounds))
-			out = append(out, r)
 		}
 	}
 	return out, nil
+}
+
+// runOverheadConfig runs the rounds of one workload, path and connection
+// count until deadline.
+func runOverheadConfig(ctx context.Context, cfg config, env tool.Env, w *workload, r overheadResult, deadline time.Time) (overheadResult, error) {
+	load, path, conns := r.Workload, r.Path, r.Conns
+	// A short unrecorded run first, so the first baseline round does
+	// not pay for cold caches and nginx's first accept burst.
+	g, url := w.wrk(path, load)
+	if _, err := g.Run(url, conns, time.Second); err != nil {
+		return r, fmt.Errorf("%s, %s, %d connections, warm-up: %w", load, path, conns, err)
+	}
+	run := func(name string) error {
+		began := time.Now()
+		round, err := overheadRound1(ctx, env, w, load, path, conns, cfg.Duration, name)
+		round.Wall = time.Since(began)
+		if err != nil {
+			return fmt.Errorf("%s, %s, %d connections, round %d (%s): %w", load, path, conns, len(r.Rounds)+1, name, err)
+		}
+		res := round.Wrk
+		slog.Info("round", "workload", load, "path", path, "conns", conns, "n", len(r.Rounds)+1,
+			"tool", name, "rps", int(res.RPS), "p99", res.P99, "errors", res.Errors,
+			"tool_cpu", fmt.Sprintf("%.1f%%", 100*round.ToolCPU))
+		r.Rounds = append(r.Rounds, round)
+		return nil
+	}
+	for _, name := range rounds.Schedule(cfg.Tools, cfg.Rounds) {
+		if err := run(name); err != nil {
+			return r, err
+		}
+	}
+	r.Stopped = stoppedRounds
+more:
+	for rep := cfg.Rounds; rep < cfg.MaxRounds; rep++ {
+		r.summarise()
+		needy := r.needMore(cfg.Tools, rep, cfg.Precision)
+		if len(needy) == 0 {
+			r.Stopped = stoppedSettled
+			break
+		}
+		for _, name := range needy {
+			if time.Now().Add(r.pairTime()).After(deadline) {
+				r.Stopped = stoppedBudget
+				break more
+			}
+			for _, n := range []string{name, rounds.Baseline} {
+				if err := run(n); err != nil {
+					return r, err
+				}
+			}
+		}
+	}
+	r.summarise()
+	slog.Info("rounds stopped", "workload", load, "path", path, "conns", conns, "why", r.Stopped, "rounds", len(r.Rounds))
+	return r, nil
 }
 
 // needMore returns the tools whose ratios still need rounds (see
@@ -125,7 +138,7 @@ func (o *overheadResult) needMore(tools []string, rep int, precision float64) []
 			continue
 		}
 		rps, p99 := o.verdict(name, "req/s"), o.verdict(name, "p99")
-		_, has := toolTargets[name]
+		_, has := toolTargets[o.Workload][name]
 		if !rounds.NeedsMore(r.RPSCI, rps, has, precision) && !rounds.NeedsMore(r.P99CI, p99, has, precision) {
 			continue
 		}
@@ -170,7 +183,7 @@ func (o *overheadResult) summarise() {
 		cpu[r.Tool] = append(cpu[r.Tool], r.ToolCPU)
 	}
 	o.Ratios = rounds.Ratios(samples)
-	o.Judged = judge(o.Ratios)
+	o.Judged = judge(o.Workload, o.Ratios)
 	o.ToolCPU = map[string]float64{}
 	for t, vs := range cpu {
 		o.ToolCPU[t] = rounds.SpreadOf(vs).Median
@@ -178,7 +191,7 @@ func (o *overheadResult) summarise() {
 }
 
 // overheadRound1 runs one round: the tool started and attached, then wrk.
-func overheadRound1(ctx context.Context, env tool.Env, w *workload, path string, conns int, d time.Duration, name string) (overheadRound, error) {
+func overheadRound1(ctx context.Context, env tool.Env, w *workload, load, path string, conns int, d time.Duration, name string) (overheadRound, error) {
 	r := overheadRound{Tool: name}
 	tools, err := tool.Lookup([]string{name})
 	if err != nil {
@@ -199,7 +212,7 @@ func overheadRound1(ctx context.Context, env tool.Env, w *workload, path string,
 		}
 	}
 	start := time.Now()
-	g, url := w.wrk(path)
+	g, url := w.wrk(path, load)
 	if r.Wrk, err = g.Run(url, conns, d); err != nil {
 		return r, err
 	}

@@ -27,72 +27,52 @@ func renderMarkdown(res *results) string {
 		fmt.Fprintf(&b, "mean ± half-width of its %.0f%% t-interval over the rounds, then the range of the rounds. ", 100*rounds.Level)
 		b.WriteString("The `none` row compares each inner baseline round with its neighbours: its range is the noise band. ")
 		fmt.Fprintf(&b, "Rounds were added while a ratio's half-width exceeded ±%.1f%% and its target was undecided.\n\n", 100*cfg.Precision)
-		b.WriteString("| path | conns | tool | rounds | req/s ratio | p99 ratio | req/s | p99 | tool CPU |\n|---|---:|---|---:|---|---|---:|---:|---:|\n")
+		b.WriteString("`close` is one connection per request (wrk sends `Connection: close`), `keepalive` reuses each connection for every request.\n\n")
+		b.WriteString("| workload | path | conns | tool | rounds | req/s ratio | p99 ratio | req/s | p99 | tool CPU |\n|---|---|---:|---|---:|---|---|---:|---:|---:|\n")
 		for _, o := range res.Overhead {
 			for _, r := range o.Ratios {
 				cpu := "–"
 				if r.Tool != rounds.Baseline {
 					cpu = fmt.Sprintf("%.1f%%", 100*o.ToolCPU[r.Tool])
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %d | %s | %s | %.0f | %s | %s |\n", o.Path, o.Conns, r.Tool, r.AbsRPS.N,
+				fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %s | %s | %.0f | %s | %s |\n", o.Workload, o.Path, o.Conns, r.Tool, r.AbsRPS.N,
 					ratio(r.RPSCI, r.RPS), ratio(r.P99CI, r.P99), r.AbsRPS.Median, us(r.AbsP99.Median), cpu)
 			}
 		}
 		b.WriteString("\n")
 		for _, o := range res.Overhead {
 			if o.Stopped != "" { // results.json of an earlier version has no reason
-				fmt.Fprintf(&b, "%s, %d connections: %d rounds; stopped: %s.\n", o.Path, o.Conns, len(o.Rounds), o.Stopped)
+				fmt.Fprintf(&b, "%s, %s, %d connections: %d rounds; stopped: %s.\n", o.Workload, o.Path, o.Conns, len(o.Rounds), o.Stopped)
 			}
 		}
 		b.WriteString("\n")
 	}
 
 	if len(res.Cost) > 0 {
-		floor := floorNsPerRun(res.Cost)
-		fmt.Fprintf(&b, "### Cost per event (BPF run-time statistics, loopback load, %d connections)\n\n", cfg.Conns[0])
-		fmt.Fprintf(&b, "`above floor` subtracts the %.0f ns an empty program costs per run here (accounting and dispatch).\n\n", floor)
-		b.WriteString("| tool | program | type | runs/s | ns/run | above floor | insns | verified insns |\n|---|---|---|---:|---:|---:|---:|---:|\n")
-		for _, c := range res.Cost {
-			for _, p := range c.Programs {
-				fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %d | %d |\n", c.Tool, p.Name, p.Type, p.RunsPerSec,
-					p.NsPerRun, p.NsPerRun-floor, p.Size, p.Verified)
-			}
-			if len(c.Programs) > 1 {
-				runs, ns := weighted(c)
-				fmt.Fprintf(&b, "| **%s** | **all** | | **%.0f** | **%.0f** | **%.0f** | | CPU in BPF: **%.2f%%** of one core |\n",
-					c.Tool, runs, ns, ns-floor, 100*c.BPFShare)
-			}
-		}
-		b.WriteString("\n#### BPF time per request\n\n")
-		b.WriteString("From the same cost rounds, with run-time statistics on (the overhead rounds run without them, so their ratios do not pay ")
-		b.WriteString("for the accounting): the run time of all the tool's programs divided by the requests wrk completed meanwhile, ")
-		fmt.Fprintf(&b, "and the floor, the %.0f ns of an empty program times the tool's program runs per request: ", floor)
-		b.WriteString("what the same number of runs would cost if every program did nothing, the physical limit on this machine. ")
-		b.WriteString("Programs on global hooks also run for other traffic on the host, which counts here too.\n\n")
-		b.WriteString("| tool | requests | program runs per request | BPF ns per request | floor ns per request | above floor |\n|---|---:|---:|---:|---:|---:|\n")
-		for _, c := range res.Cost {
-			if c.Tool == floorTool || c.Wrk.Requests == 0 {
-				continue
-			}
-			runs, ns := perRequest(c)
-			fmt.Fprintf(&b, "| %s | %d | %.2f | %.0f | %.0f | %.0f |\n", c.Tool, c.Wrk.Requests, runs, ns, runs*floor, ns-runs*floor)
-		}
-		b.WriteString("\n")
+		renderCost(&b, cfg, res.Cost)
 	}
 
-	if len(res.UserSpace) > 0 || res.Churn != nil {
+	if len(res.UserSpace) > 0 || len(res.Churn) > 0 {
 		b.WriteString("### User space: `stacktop stream --format json --interval 1s`\n\n")
 		b.WriteString("| idle connections | network namespaces | output | CPU (% of one core) | max RSS | our records/s | lost | map full |\n|---:|---:|---|---:|---:|---:|---:|---:|\n")
 		for _, u := range res.UserSpace {
 			fmt.Fprintf(&b, "| %d | %d | %s | %.2f%% | %.1f MiB | %.0f | %d | %d |\n", u.Conns, max(1, u.Namespaces), u.Output, 100*u.CPU, mib(u.RSSMax),
 				u.RecordsPerSec, u.Loss.Lost, u.Loss.MapFull)
 		}
-		if c := res.Churn; c != nil {
-			fmt.Fprintf(&b, "\nChurn: %d connections/s asked, %.0f/s achieved (%d opened and closed, %d failed, %d behind) over %s: "+
-				"stream CPU %.2f%% of one core, max RSS %.1f MiB; %d `closed` records about them (%d sockets: both ends are local), "+
-				"%d `new`; lost %d, map full %d.\n",
-				c.Rate, c.Achieved, c.Load.Opened, c.Load.Failed, c.Load.Behind, c.Load.Elapsed.Round(time.Second),
-				100*c.CPU, mib(c.RSSMax), c.Closed, 2*c.Load.Opened, c.New, c.Loss.Lost, c.Loss.MapFull)
+		if len(res.Churn) > 0 {
+			b.WriteString("\n#### Churn: connections opened and closed on loopback\n\n")
+			b.WriteString("`stream` prints JSON at a 1 s refresh, read by the harness; `serve` runs with its defaults, scraped every second. ")
+			b.WriteString("Each connection is two sockets (both ends are local), so a closed connection is two closed records.\n\n")
+			b.WriteString("| tool | asked/s | achieved/s | opened | failed | behind | CPU (% of one core) | max RSS | new records | closed records | lost | map full |\n")
+			b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			for _, c := range res.Churn {
+				records := "– | –" // serve prints no records
+				if c.Tool == "stream" {
+					records = fmt.Sprintf("%d | %d", c.New, c.Closed)
+				}
+				fmt.Fprintf(&b, "| %s | %d | %.0f | %d | %d | %d | %.2f%% | %.1f MiB | %s | %d | %d |\n", c.Tool, c.Rate, c.Achieved,
+					c.Load.Opened, c.Load.Failed, c.Load.Behind, 100*c.CPU, mib(c.RSSMax), records, c.Loss.Lost, c.Loss.MapFull)
+			}
 		}
 		b.WriteString("\n")
 	}
@@ -117,6 +97,43 @@ func renderMarkdown(res *results) string {
 		}
 	}
 	return b.String()
+}
+
+// renderCost renders the cost suite: every program's cost per run, then
+// each tool's BPF time per request next to its floor, by workload.
+func renderCost(b *strings.Builder, cfg config, costs []costResult) {
+	fmt.Fprintf(b, "### Cost per event (BPF run-time statistics, loopback load, %d connections)\n\n", cfg.Conns[0])
+	b.WriteString("`above floor` subtracts what an empty program costs per run here (accounting and dispatch), measured under the same workload.\n\n")
+	b.WriteString("| workload | tool | program | type | runs/s | ns/run | above floor | insns | verified insns |\n|---|---|---|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range costs {
+		floor := floorNsPerRun(costs, c.Workload)
+		for _, p := range c.Programs {
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %.0f | %.0f | %.0f | %d | %d |\n", c.Workload, c.Tool, p.Name, p.Type, p.RunsPerSec,
+				p.NsPerRun, p.NsPerRun-floor, p.Size, p.Verified)
+		}
+		if len(c.Programs) > 1 {
+			runs, ns := weighted(c)
+			fmt.Fprintf(b, "| %s | **%s** | **all** | | **%.0f** | **%.0f** | **%.0f** | | CPU in BPF: **%.2f%%** of one core |\n",
+				c.Workload, c.Tool, runs, ns, ns-floor, 100*c.BPFShare)
+		}
+	}
+	b.WriteString("\n#### BPF time per request\n\n")
+	b.WriteString("From the same cost rounds, with run-time statistics on (the overhead rounds run without them, so their ratios do not pay ")
+	b.WriteString("for the accounting): the run time of all the tool's programs divided by the requests wrk completed meanwhile, ")
+	b.WriteString("and the floor, an empty program's ns per run times the tool's program runs per request: ")
+	b.WriteString("what the same number of runs would cost if every program did nothing, the physical limit on this machine. ")
+	b.WriteString("Under `close` every request is a connection of its own, so these are also the figures per connection. ")
+	b.WriteString("Programs on global hooks also run for other traffic on the host, which counts here too.\n\n")
+	b.WriteString("| workload | tool | requests | program runs per request | BPF ns per request | floor ns per request | above floor |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range costs {
+		if c.Tool == floorTool || c.Wrk.Requests == 0 {
+			continue
+		}
+		floor := floorNsPerRun(costs, c.Workload)
+		runs, ns := perRequest(c)
+		fmt.Fprintf(b, "| %s | %s | %d | %.2f | %.0f | %.0f | %.0f |\n", c.Workload, c.Tool, c.Wrk.Requests, runs, ns, runs*floor, ns-runs*floor)
+	}
+	b.WriteString("\n")
 }
 
 // ratio shows a ratio's mean ± half-width and the range of its rounds.
@@ -173,10 +190,11 @@ func totals(c costResult) (runs uint64, runtime time.Duration) {
 	return runs, runtime
 }
 
-// floorNsPerRun is the empty program's ns per run, 0 if not measured.
-func floorNsPerRun(costs []costResult) float64 {
+// floorNsPerRun is the empty program's ns per run under workload, 0 if
+// not measured.
+func floorNsPerRun(costs []costResult, workload string) float64 {
 	for _, c := range costs {
-		if c.Tool == floorTool {
+		if c.Tool == floorTool && c.Workload == workload {
 			_, ns := weighted(c)
 			return ns
 		}

@@ -7,7 +7,7 @@
 # Installs what the benchmark needs beyond scripts/deps.sh (bpftrace, the
 # peer it is compared with), mounts tracefs for bpftrace's classic
 # tracepoints, builds stacktop and the harness, and runs the harness. The
-# full run takes at most 25 minutes (-budget); run it on a quiet machine.
+# full run takes at most 50 minutes (-budget); run it on a quiet machine.
 set -eu
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

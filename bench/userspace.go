@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,12 +34,13 @@ type userspaceResult struct {
 }
 
 type churnResult struct {
+	Tool     string               `json:"tool"` // stream or serve
 	Rate     int                  `json:"rate"`
 	Achieved float64              `json:"achieved_per_sec"`
 	Load     connload.ChurnResult `json:"load"`
 	usage
-	New    uint64     `json:"new_events"`    // "new" records about the churned connections
-	Closed uint64     `json:"closed_events"` // "closed" records about them
+	New    uint64     `json:"new_events"`    // the stream's "new" records about the churned connections
+	Closed uint64     `json:"closed_events"` // the stream's "closed" records about them
 	Loss   streamLoss `json:"loss"`
 }
 
@@ -50,11 +54,12 @@ type usage struct {
 // it, its output read by the harness to count records and losses.
 var streamArgs = []string{"--format", "json", "--interval", "1s"}
 
-func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceResult, *churnResult, error) {
-	stream, err := tool.Lookup([]string{"stream"})
+func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceResult, []churnResult, error) {
+	tools, err := tool.Lookup([]string{"stream", "serve"})
 	if err != nil {
 		return nil, nil, err
 	}
+	stream := tools[:1]
 	var out []userspaceResult
 	for _, n := range cfg.Scale {
 		rs, err := trackIdle(ctx, cfg, env, stream[0], n)
@@ -79,12 +84,17 @@ func runUserSpace(ctx context.Context, cfg config, env tool.Env) ([]userspaceRes
 	if cfg.Churn == 0 {
 		return out, nil, nil
 	}
-	c, err := churn(ctx, cfg, env, stream[0])
-	if err != nil {
-		return out, nil, fmt.Errorf("churn: %w", err)
+	var churns []churnResult
+	for _, t := range tools {
+		c, err := churn(ctx, cfg, env, t)
+		if err != nil {
+			return out, churns, fmt.Errorf("churn, %s: %w", t.Name, err)
+		}
+		slog.Info("churn", "tool", t.Name, "rate", int(c.Achieved), "cpu", fmt.Sprintf("%.2f%%", 100*c.CPU),
+			"new", c.New, "closed", c.Closed, "lost", c.Loss.Lost, "map_full", c.Loss.MapFull)
+		churns = append(churns, c)
 	}
-	slog.Info("churn", "rate", int(c.Achieved), "new", c.New, "closed", c.Closed, "lost", c.Loss.Lost, "map_full", c.Loss.MapFull)
-	return out, c, nil
+	return out, churns, nil
 }
 
 // trackIdle measures the stream with n idle connections open, twice. First
@@ -187,37 +197,76 @@ func (r *userspaceResult) sample(ctx context.Context, cfg config, run *tool.Runn
 	return nil
 }
 
-// churn runs the stream while connections open and close at cfg.Churn per
-// second, and counts the stream's new/closed records and losses.
-func churn(ctx context.Context, cfg config, env tool.Env, stream tool.Tool) (*churnResult, error) {
-	r := &churnResult{Rate: cfg.Churn}
+// churn runs the stream (JSON output read by the harness) or serve
+// (scraped every second) while connections open and close at cfg.Churn per
+// second: what the tool costs, and the stream's new/closed records and
+// either tool's loss counters.
+func churn(ctx context.Context, cfg config, env tool.Env, t tool.Tool) (churnResult, error) {
+	r := churnResult{Tool: t.Name, Rate: cfg.Churn}
 	watch := &streamWatch{}
-	run, err := tool.Start(ctx, env, stream, watch, streamArgs...)
+	var args []string
+	if t.Command == "stream" {
+		args = streamArgs
+	}
+	run, err := tool.Start(ctx, env, t, watch, args...)
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	defer run.Stop()
 	load, err := startLoader("churn", "-rate", strconv.Itoa(cfg.Churn), "-listeners", "8",
 		"-port", strconv.Itoa(int(cfg.churnPort())))
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	defer load.stop()
 	if r.usage, err = measure(ctx, run, cfg.Window); err != nil {
-		return nil, err
+		return r, err
 	}
 	line, err := load.stop()
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	if err := json.Unmarshal([]byte(line), &r.Load); err != nil {
-		return nil, fmt.Errorf("churn result %q: %w", line, err)
+		return r, fmt.Errorf("churn result %q: %w", line, err)
 	}
 	r.Achieved = float64(r.Load.Opened) / r.Load.Elapsed.Seconds()
 	time.Sleep(2 * time.Second) // the last closed events are reported
-	s := watch.snapshot()
-	r.New, r.Closed, r.Loss = s.new, s.closed, s.loss
-	return r, nil
+	if t.Command == "stream" {
+		s := watch.snapshot()
+		r.New, r.Closed, r.Loss = s.new, s.closed, s.loss
+		return r, nil
+	}
+	r.Loss, err = servedLoss("http://" + env.ServeAddr.String() + "/metrics")
+	return r, err
+}
+
+// servedLoss reads serve's loss counters from its endpoint: every source's
+// lost events and full-map updates, summed.
+func servedLoss(url string) (streamLoss, error) {
+	var l streamLoss
+	resp, err := http.Get(url)
+	if err != nil {
+		return l, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return l, err
+	}
+	for line := range strings.Lines(string(body)) {
+		name, _, _ := strings.Cut(line, "{")
+		counter := map[string]*uint64{"stacktop_lost_events_total": &l.Lost, "stacktop_map_full_total": &l.MapFull}[name]
+		if counter == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
+		if err != nil {
+			return l, fmt.Errorf("%s: %q: %w", url, line, err)
+		}
+		*counter += uint64(v)
+		l.Reports++
+	}
+	return l, nil
 }
 
 // measure samples the tool's CPU time and RSS over window.

@@ -33,9 +33,12 @@ type Wrk struct {
 	Threads int      // wrk -t
 	CPU     int      // pin wrk to this CPU; negative: no pinning
 	Prefix  []string // command prefix, e.g. ip netns exec <peer>
+	// Close asks for one connection per request (Connection: close): wrk
+	// opens a new connection after each response.
+	Close bool
 }
 
-// Run drives url with conns keep-alive connections for d and returns the
+// Run drives url with conns concurrent connections for d and returns the
 // totals wrk's report script prints.
 func (w Wrk) Run(url string, conns int, d time.Duration) (Result, error) {
 	script := filepath.Join(w.Dir, "report.lua")
@@ -47,7 +50,11 @@ func (w Wrk) Run(url string, conns int, d time.Duration) (Result, error) {
 		args = append(args, "taskset", "-c", strconv.Itoa(w.CPU))
 	}
 	threads := min(w.Threads, conns)
-	args = append(args, "wrk", "--latency", "-s", script,
+	args = append(args, "wrk", "--latency", "-s", script)
+	if w.Close {
+		args = append(args, "-H", "Connection: close")
+	}
+	args = append(args,
 		"-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
 		"-d", fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds())),
 		"--timeout", "5s", url)

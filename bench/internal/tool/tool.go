@@ -27,8 +27,12 @@ import (
 	"github.com/stacktop/stacktop/bench/internal/periodic"
 )
 
-//go:embed netstacklat.bt
-var netstacklatBT []byte
+var (
+	//go:embed netstacklat.bt
+	netstacklatBT []byte
+	//go:embed tcptop.bt
+	tcptopBT []byte
+)
 
 // Env is what every tool needs to run.
 type Env struct {
@@ -103,12 +107,16 @@ var Tools = []Tool{
 		args: empty("read"), ready: readyFirstReport, timestamping: true},
 	{Name: "empty-latency", About: "empty programs where `latency` runs its five (netfilter PRE_ROUTING and LOCAL_IN, `sk_data_ready`, the two of `empty-read`), RX timestamping on: its floor; not in the default `-tools`",
 		args: empty("netfilter", "enqueue", "read"), ready: readyFirstReport, timestamping: true},
-	{Name: "empty-udp", About: "empty `cgroup_skb` ingress and egress programs on the cgroup v2 root, where `stream` counts UDP when fentry is refused: its floor; not in the default `-tools`",
-		args: empty("udp"), ready: readyFirstReport},
-	{Name: "empty-serve", About: "the programs of `empty-read` and `empty-udp` together, RX timestamping on: `serve`'s floor; not in the default `-tools`",
-		args: empty("read", "udp"), ready: readyFirstReport, timestamping: true},
+	{Name: "empty-stream-tcp", About: "empty programs where `stream --tcp` runs its four per connection (two at raw tracepoint `inet_sock_set_state`, two at `tcp_destroy_sock`): its floor; not in the default `-tools`",
+		args: empty("conns"), ready: readyFirstReport},
+	{Name: "empty-stream", About: "the programs of `empty-stream-tcp`, an empty `cgroup/sock_create` and empty `cgroup_skb` ingress and egress programs on the cgroup v2 root, where `stream` counts UDP when fentry is refused: `stream`'s floor; not in the default `-tools`",
+		args: empty("conns", "udp"), ready: readyFirstReport},
+	{Name: "empty-serve", About: "the programs of `empty-read` and `empty-stream` together, RX timestamping on: `serve`'s floor; not in the default `-tools`",
+		args: empty("read", "conns", "udp"), ready: readyFirstReport, timestamping: true},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
 		args: bpftrace, timestamping: true},
+	{Name: "bpftrace-tcptop", About: "bpftrace 0.17 script: a naive tcptop, per-socket byte sums at the `sock_send_length` and `sock_recv_length` tracepoints, dropped at TCP_CLOSE from `inet_sock_set_state`, printed every second",
+		args: bpftraceTcptop},
 }
 
 // Lookup returns the tools with the given names, in that order.
@@ -163,8 +171,8 @@ func empty(sets ...string) func(Env) ([]string, error) {
 }
 
 func bpftrace(env Env) ([]string, error) {
-	script := filepath.Join(env.Dir, "netstacklat.bt")
-	if err := os.WriteFile(script, netstacklatBT, 0o644); err != nil {
+	script, err := writeScript(env, "netstacklat.bt", netstacklatBT)
+	if err != nil {
 		return nil, err
 	}
 	offset, err := realtimeOffset()
@@ -172,6 +180,17 @@ func bpftrace(env Env) ([]string, error) {
 		return nil, err
 	}
 	return []string{"bpftrace", script, strconv.FormatInt(offset, 10)}, nil
+}
+
+func bpftraceTcptop(env Env) ([]string, error) {
+	script, err := writeScript(env, "tcptop.bt", tcptopBT)
+	return []string{"bpftrace", script}, err
+}
+
+// writeScript writes an embedded bpftrace script into the scratch directory.
+func writeScript(env Env, name string, text []byte) (string, error) {
+	path := filepath.Join(env.Dir, name)
+	return path, os.WriteFile(path, text, 0o644)
 }
 
 // Running is a started tool.
