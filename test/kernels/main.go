@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kernels is the kernel matrix: it boots Debian's cloud kernels in
 // qemu under TCG with a busybox initramfs holding stacktop and the static
 // test binaries of every integration suite, runs the suites there with every

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Connection tracking for `stacktop top/stream`.
  *
@@ -36,7 +36,7 @@
 #include "accept.h"
 #include "udp.h"
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)
