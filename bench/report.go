@@ -11,7 +11,7 @@ import (
 )
 
 // renderMarkdown renders the results as the tables docs/BENCHMARKS.md
-// shows, followed by the issues' targets, each met, missed or inconclusive.
+// shows, followed by the budgets, each met, missed or inconclusive.
 func renderMarkdown(res *results) string {
 	cfg := res.Config
 	var b strings.Builder

@@ -23,7 +23,7 @@ func TestReportShowsBPFTimePerRequestAndTheFloor(t *testing.T) {
 		{Tool: floorTool, Programs: []bpfobj.Cost{program("stb_empty", 1000, 75_000)}},
 		// 4,000 runs in 1,000 requests, 1,000,000 ns: 4 runs and 1,000 ns per
 		// request, floor 4 × 75 = 300 ns, 700 above it; its slowest program
-		// is 500 ns per run, 425 above the floor, beyond issue 12's 40
+		// is 500 ns per run, 425 above the floor, beyond the program-above-floor budget's 40
 		{Tool: "latency", Wrk: httpload.Result{Requests: 1000}, Programs: []bpfobj.Cost{
 			program("a", 2000, 200_000), program("b", 1000, 500_000), program("c", 1000, 300_000)}},
 	}}
@@ -31,7 +31,7 @@ func TestReportShowsBPFTimePerRequestAndTheFloor(t *testing.T) {
 	if row := "| latency | 1000 | 4.00 | 1000 | 300 | 700 |"; !strings.Contains(out, row) {
 		t.Errorf("report lacks the per-request row %q:\n%s", row, out)
 	}
-	if row := "| latency: every program ≤ floor + 40 ns per run (issue 12) | slowest b: 500 ns, floor + 425 | **missed** |"; !strings.Contains(out, row) {
+	if row := "| latency: every program ≤ floor + 40 ns per run (program-above-floor) | slowest b: 500 ns, floor + 425 | **missed** |"; !strings.Contains(out, row) {
 		t.Errorf("report lacks the per-program target %q:\n%s", row, out)
 	}
 }
@@ -52,9 +52,9 @@ func TestReportShowsIntervalsAndVerdicts(t *testing.T) {
 		Overhead: overhead})
 	for _, want := range []string{
 		"| loopback | 100 | stream | 3 | 0.795 ± 0.263 (0.686–0.898) | 1.000 ± 0.000 (1.000–1.000) |",
-		"| stream loopback, 100 conns: req/s ratio ≥ 0.97 (issue 16) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
-		"| stream loopback, 100 conns: p99 ratio ≤ 1.10 (issue 16) | 1.000 ± 0.000 | met (interval within the target) |",
-		"| empty-read (latency-read's floor: missed means out of reach here) veth, 100 conns: req/s ratio ≥ 0.99 (issue 12) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
+		"| stream loopback, 100 conns: req/s ratio ≥ 0.97 (connections-overhead) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
+		"| stream loopback, 100 conns: p99 ratio ≤ 1.10 (connections-overhead) | 1.000 ± 0.000 | met (interval within the target) |",
+		"| empty-read (latency-read's floor: missed means out of reach here) veth, 100 conns: req/s ratio ≥ 0.99 (latency-read-overhead) | 0.795 ± 0.263 | **missed** (every round beyond the baseline's noise band) |",
 		"loopback, 100 connections: 7 rounds; stopped: " + stoppedSettled,
 	} {
 		if !strings.Contains(out, want) {

@@ -9,11 +9,11 @@ import (
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 )
 
-// toolTarget is what an issue asks of a tool in the overhead suite, on
-// every path and at every connection count.
+// toolTarget is the budget a tool is held to in the overhead suite, on
+// every path and at every connection count (docs/PERFORMANCE.md, Budgets).
 type toolTarget struct {
 	RPS, P99 rounds.Target
-	Issue    int
+	Budget   string // the budget's name in docs/PERFORMANCE.md
 	// FloorOf: this is a floor tool (empty programs at the hooks of that
 	// tool), held to that tool's targets. Missed, they are out of reach
 	// of any program at those hooks on this machine.
@@ -21,10 +21,10 @@ type toolTarget struct {
 }
 
 var toolTargets = withFloors(map[string]toolTarget{
-	"stream":       {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Issue: 16},
-	"serve":        {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Issue: 16},
-	"latency-read": {RPS: rounds.Target{Limit: 0.99}, P99: rounds.Target{Limit: 1.05, AtMost: true}, Issue: 12},
-	"latency":      {RPS: rounds.Target{Limit: 0.95}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Issue: 12},
+	"stream":       {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "connections-overhead"},
+	"serve":        {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "connections-overhead"},
+	"latency-read": {RPS: rounds.Target{Limit: 0.99}, P99: rounds.Target{Limit: 1.05, AtMost: true}, Budget: "latency-read-overhead"},
+	"latency":      {RPS: rounds.Target{Limit: 0.95}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "latency-overhead"},
 }, map[string]string{"empty-udp": "stream", "empty-serve": "serve", "empty-read": "latency-read", "empty-latency": "latency"})
 
 // withFloors adds each floor tool with the targets of the tool it is the floor of.
@@ -37,8 +37,8 @@ func withFloors(targets map[string]toolTarget, floors map[string]string) map[str
 	return targets
 }
 
-// aboveFloorLimit is issue 12's bound on every latency program: at most this
-// many ns per run above the empty program's.
+// aboveFloorLimit is the program-above-floor budget of every latency
+// program: at most this many ns per run above the empty program's.
 const aboveFloorLimit = 40
 
 // judged is one tool's target on one ratio, decided.
@@ -117,7 +117,7 @@ func metOrMissed(ok bool) rounds.Verdict {
 	return rounds.Missed
 }
 
-// targets checks the results against the issues' targets.
+// targets checks the results against the budgets.
 func targets(res *results) []targetRow {
 	var out []targetRow
 	for _, o := range res.Overhead {
@@ -127,8 +127,8 @@ func targets(res *results) []targetRow {
 				name += " (" + of + "'s floor: missed means out of reach here)"
 			}
 			out = append(out, targetRow{
-				target: fmt.Sprintf("%s %s, %d conns: %s ratio %s (issue %d)", name, o.Path, o.Conns, j.Metric,
-					j.Target, toolTargets[j.Tool].Issue),
+				target: fmt.Sprintf("%s %s, %d conns: %s ratio %s (%s)", name, o.Path, o.Conns, j.Metric,
+					j.Target, toolTargets[j.Tool].Budget),
 				measured: interval(j.Interval), verdict: j.Verdict, why: j.Why})
 		}
 	}
@@ -144,7 +144,7 @@ func targets(res *results) []targetRow {
 			}
 		}
 		out = append(out, targetRow{
-			target:   fmt.Sprintf("%s: every program ≤ floor + %d ns per run (issue 12)", c.Tool, aboveFloorLimit),
+			target:   fmt.Sprintf("%s: every program ≤ floor + %d ns per run (program-above-floor)", c.Tool, aboveFloorLimit),
 			measured: fmt.Sprintf("slowest %s: %.0f ns, floor + %.0f", worst.Name, worst.NsPerRun, worst.NsPerRun-floor),
 			verdict:  metOrMissed(worst.NsPerRun-floor <= aboveFloorLimit)})
 	}
@@ -152,14 +152,14 @@ func targets(res *results) []targetRow {
 		switch u.Conns {
 		case 10000:
 			out = append(out,
-				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core (issue 7)",
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core (stream-scale)",
 					measured: fmt.Sprintf("%.2f%%", 100*u.CPU), verdict: metOrMissed(u.CPU <= 0.02)},
-				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS (issue 7)",
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS (stream-scale)",
 					measured: fmt.Sprintf("%.1f MiB", mib(u.RSSMax)), verdict: metOrMissed(u.RSSMax <= 100<<20)})
 		case 100000:
 			// Loss counters must have been seen, or "0 lost" means nothing.
 			seen := fmt.Sprintf("%d lost, %d map full (%d reports)", u.Loss.Lost, u.Loss.MapFull, u.Loss.Reports)
-			out = append(out, targetRow{target: "100,000 connections tracked without lost events, output " + u.Output + " (issue 7)",
+			out = append(out, targetRow{target: "100,000 connections tracked without lost events, output " + u.Output + " (stream-scale)",
 				measured: seen, verdict: metOrMissed(u.Loss.Lost == 0 && u.Loss.MapFull == 0 && u.Loss.Reports > 0)})
 		}
 	}
