@@ -55,7 +55,7 @@ MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
 
-# The benchmark suite (docs/BENCHMARKS.md): root, at most 25 minutes, not part
+# The benchmark suite (docs/PERFORMANCE.md): root, at most 25 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)

@@ -10,7 +10,7 @@ import (
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 )
 
-// renderMarkdown renders the results as the tables docs/BENCHMARKS.md
+// renderMarkdown renders the results as the tables docs/PERFORMANCE.md
 // shows, followed by the budgets, each met, missed or inconclusive.
 func renderMarkdown(res *results) string {
 	cfg := res.Config
