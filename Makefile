@@ -3,6 +3,10 @@
 # command and what CI runs (as root, CI=true).
 
 GO ?= go
+# Go's release tarball installs into /usr/local/go/bin, which sudo's
+# secure_path leaves out: `sudo make test` and the scripts it runs find go
+# all the same.
+export PATH := $(PATH):/usr/local/go/bin
 BIN ?= bin/stacktop
 
 .PHONY: build generate check-generated lint test fuzz deps matrix bench
