@@ -1,18 +1,24 @@
+# SPDX-License-Identifier: Apache-2.0
 # stacktop build and test entry points. `make test` is the README's test
 # command and what CI runs (as root, CI=true).
 
 GO ?= go
+# Go's release tarball installs into /usr/local/go/bin, which sudo's
+# secure_path leaves out: `sudo make test` and the scripts it runs find go
+# all the same.
+export PATH := $(PATH):/usr/local/go/bin
 BIN ?= bin/stacktop
 
 .PHONY: build generate check-generated lint test fuzz deps matrix bench
 
-# The version and commit come from git (`stacktop --version` prints them);
-# -s -w strips the symbol table and DWARF (about a third of the size).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version is the VERSION file's (the binary embeds it), the commit git's
+# (`stacktop --version` prints both); -s -w strips the symbol table and DWARF
+# (about a third of the size).
+VERSION := $(shell cat VERSION)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/stacktop
 
 generate:
 	scripts/bpf-generate.sh
@@ -53,7 +59,7 @@ MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
 
-# The benchmark suite (docs/BENCHMARKS.md): root, at most 25 minutes, not part
+# The benchmark suite (docs/PERFORMANCE.md): root, at most 25 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/ab.sh: a quick side-by-side of arbitrary commands against no command,
 # for questions the harness's named tools do not ask (a build with one part
 # of a program taken out, an empty program at a hook). As root:

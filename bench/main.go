@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command bench is stacktop's benchmark suite: what running stacktop costs
 // a loaded host, measured side by side with no tool and with a bpftrace
 // script doing the same job. It is not part of the test suite; run it as

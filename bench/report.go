@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -8,8 +10,8 @@ import (
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 )
 
-// renderMarkdown renders the results as the tables docs/BENCHMARKS.md
-// shows, followed by the issues' targets, each met, missed or inconclusive.
+// renderMarkdown renders the results as the tables docs/PERFORMANCE.md
+// shows, followed by the budgets, each met, missed or inconclusive.
 func renderMarkdown(res *results) string {
 	cfg := res.Config
 	var b strings.Builder

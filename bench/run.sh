@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The benchmark suite's entry point (not part of `make test`):
 #
 #   sudo bench/run.sh [flags]      e.g. -suites overhead -rounds 5 -out /tmp/b

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -9,11 +11,12 @@ import (
 	"github.com/stacktop/stacktop/bench/internal/rounds"
 )
 
-// toolTarget is a budget a tool is held to in the overhead suite, on
-// every path and at every connection count of a workload (the cost budget
-// in docs/PERFORMANCE.md).
+// toolTarget is the budget a tool is held to in the overhead suite, on
+// every path and at every connection count of a workload
+// (docs/PERFORMANCE.md, Budgets).
 type toolTarget struct {
 	RPS, P99 rounds.Target
+	Budget   string // the budget's name in docs/PERFORMANCE.md
 	// Peer is the tool whose requests/s ratio this one must not fall below
 	// by more than peerMargin in the same run; "" for none.
 	Peer string
@@ -26,14 +29,14 @@ type toolTarget struct {
 // The budgets by workload.
 var toolTargets = map[string]map[string]toolTarget{
 	workloadKeepAlive: withFloors(map[string]toolTarget{
-		"stream":       {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}},
-		"serve":        {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}},
-		"latency-read": {RPS: rounds.Target{Limit: 0.99}, P99: rounds.Target{Limit: 1.05, AtMost: true}},
-		"latency":      {RPS: rounds.Target{Limit: 0.95}, P99: rounds.Target{Limit: 1.10, AtMost: true}},
+		"stream":       {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "connections-overhead"},
+		"serve":        {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "connections-overhead"},
+		"latency-read": {RPS: rounds.Target{Limit: 0.99}, P99: rounds.Target{Limit: 1.05, AtMost: true}, Budget: "latency-read-overhead"},
+		"latency":      {RPS: rounds.Target{Limit: 0.95}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "latency-overhead"},
 	}),
 	workloadClose: withFloors(map[string]toolTarget{
-		"stream": {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Peer: "bpftrace-tcptop"},
-		"serve":  {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Peer: "bpftrace-tcptop"},
+		"stream": {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "short-connections", Peer: "bpftrace-tcptop"},
+		"serve":  {RPS: rounds.Target{Limit: 0.97}, P99: rounds.Target{Limit: 1.10, AtMost: true}, Budget: "short-connections", Peer: "bpftrace-tcptop"},
 	}),
 }
 
@@ -55,8 +58,8 @@ func withFloors(targets map[string]toolTarget) map[string]toolTarget {
 	return targets
 }
 
-// aboveFloorLimit bounds every latency program: at most this many ns per
-// run above the empty program's.
+// aboveFloorLimit is the program-above-floor budget of every latency
+// program: at most this many ns per run above the empty program's.
 const aboveFloorLimit = 40
 
 // judged is one tool's target on one ratio, decided.
@@ -146,7 +149,7 @@ func targets(res *results) []targetRow {
 				name += " (" + of + "'s floor: missed means out of reach here)"
 			}
 			out = append(out, targetRow{
-				target:   fmt.Sprintf("%s %s: %s ratio %s", name, where, j.Metric, j.Target),
+				target:   fmt.Sprintf("%s %s: %s ratio %s (%s)", name, where, j.Metric, j.Target, toolTargets[o.Workload][j.Tool].Budget),
 				measured: interval(j.Interval), verdict: j.Verdict, why: j.Why})
 		}
 		out = append(out, o.peerRows(where)...)
@@ -163,7 +166,7 @@ func targets(res *results) []targetRow {
 			}
 		}
 		out = append(out, targetRow{
-			target:   fmt.Sprintf("%s, %s: every program ≤ floor + %d ns per run", c.Tool, c.Workload, aboveFloorLimit),
+			target:   fmt.Sprintf("%s, %s: every program ≤ floor + %d ns per run (program-above-floor)", c.Tool, c.Workload, aboveFloorLimit),
 			measured: fmt.Sprintf("slowest %s: %.0f ns, floor + %.0f", worst.Name, worst.NsPerRun, worst.NsPerRun-floor),
 			verdict:  metOrMissed(worst.NsPerRun-floor <= aboveFloorLimit)})
 	}
@@ -171,19 +174,19 @@ func targets(res *results) []targetRow {
 		switch u.Conns {
 		case 10000:
 			out = append(out,
-				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core",
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 2% of one core (stream-scale)",
 					measured: fmt.Sprintf("%.2f%%", 100*u.CPU), verdict: metOrMissed(u.CPU <= 0.02)},
-				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS",
+				targetRow{target: "stream at 10,000 connections, output " + u.Output + ": ≤ 100 MiB RSS (stream-scale)",
 					measured: fmt.Sprintf("%.1f MiB", mib(u.RSSMax)), verdict: metOrMissed(u.RSSMax <= 100<<20)})
 		case 100000:
-			out = append(out, targetRow{target: "stream at 100,000 connections, output " + u.Output + ": ≤ 5% of one core at a 1 s refresh",
+			out = append(out, targetRow{target: "stream at 100,000 connections, output " + u.Output + ": ≤ 5% of one core at a 1 s refresh (stream-scale)",
 				measured: fmt.Sprintf("%.2f%%", 100*u.CPU), verdict: metOrMissed(u.CPU <= 0.05)})
-			out = append(out, noLoss("stream at 100,000 connections, output "+u.Output, u.Loss))
+			out = append(out, noLoss("stream at 100,000 connections, output "+u.Output+" (stream-scale)", u.Loss))
 		}
 	}
 	for _, c := range res.Churn {
 		limit := map[string]float64{"stream": 0.10, "serve": 0.02}[c.Tool]
-		what := fmt.Sprintf("%s at %.0f closed connections/s", c.Tool, c.Achieved)
+		what := fmt.Sprintf("%s at %.0f closed connections/s (churn-scale)", c.Tool, c.Achieved)
 		out = append(out, targetRow{target: fmt.Sprintf("%s: ≤ %.0f%% of one core", what, 100*limit),
 			measured: fmt.Sprintf("%.2f%%", 100*c.CPU), verdict: metOrMissed(c.CPU <= limit)})
 		out = append(out, noLoss(what, c.Loss))
@@ -214,7 +217,7 @@ func (o *overheadResult) peerRows(where string) []targetRow {
 			v = rounds.Missed
 		}
 		out = append(out, targetRow{
-			target:   fmt.Sprintf("%s %s: req/s ratio ≥ %s's − %.2f", name, where, t.Peer, peerMargin),
+			target:   fmt.Sprintf("%s %s: req/s ratio ≥ %s's − %.2f (%s)", name, where, t.Peer, peerMargin, t.Budget),
 			measured: fmt.Sprintf("%+.3f ± %.3f", d, hw), verdict: v})
 	}
 	slices.SortFunc(out, func(a, b targetRow) int { return strings.Compare(a.target, b.target) })

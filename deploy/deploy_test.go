@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package deploy holds the deployment files of stacktop serve (systemd unit,
 // Kubernetes DaemonSet, Prometheus scrape configuration, Grafana dashboard);
 // its tests check them against the tools and schemas that will consume them.

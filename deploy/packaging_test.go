@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package deploy
 
 import (
@@ -46,6 +48,16 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// releaseVersion is the VERSION file's version, which every package reports.
+func releaseVersion(t *testing.T) string {
+	t.Helper()
+	v, err := os.ReadFile("../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(v))
 }
 
 // lastLine is the .deb's path that scripts/deb.sh prints last.
@@ -97,12 +109,16 @@ func TestDeb(t *testing.T) {
 	if !bytes.Equal(built, packaged) {
 		t.Error("usr/bin/stacktop is not the binary make build made")
 	}
-	describe := strings.TrimSpace(run(t, "git", "describe", "--tags", "--always", "--dirty"))
+	release := releaseVersion(t)
+	commit := strings.TrimSpace(run(t, "git", "rev-parse", "HEAD"))
 	for _, flag := range []string{"version", "--version"} {
-		// "stacktop VERSION" then the commit, on that line or the next.
-		if v := run(t, filepath.Join(root, "usr/bin/stacktop"), flag); !strings.HasPrefix(v, "stacktop "+describe+"\n") && !strings.HasPrefix(v, "stacktop "+describe+" ") {
-			t.Errorf("stacktop %s says %q, want the version git describe gives, %q", flag, v, describe)
+		// "stacktop VERSION", then the commit make linked in.
+		if v := run(t, filepath.Join(root, "usr/bin/stacktop"), flag); !strings.HasPrefix(v, "stacktop "+release+"\ncommit "+commit+"\n") {
+			t.Errorf("stacktop %s says %q, want version %q (the VERSION file) and commit %s", flag, v, release, commit)
 		}
+	}
+	if !strings.HasPrefix(filepath.Base(deb), "stacktop_"+release+"_") {
+		t.Errorf("package %s is not version %s", filepath.Base(deb), release)
 	}
 	for name, sub := range map[string]string{"tcptop": "top", "netstacklat": "latency"} {
 		// The same description opens both helps; the usage lines may differ
@@ -181,6 +197,11 @@ func TestImage(t *testing.T) {
 		"{{.OCIv1.Config.Entrypoint}} {{.OCIv1.Config.Cmd}} {{len .OCIv1.RootFS.DiffIDs}} {{.OCIv1.Config.ExposedPorts}}\n", image)
 	if want := "[/usr/bin/stacktop] [serve --web.listen-address=:9877] 1 map[9877/tcp:{}]\n"; config != want {
 		t.Errorf("image config %q, want %q", config, want)
+	}
+	labels := run(t, buildah, "inspect", "--format",
+		`{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}|{{index .OCIv1.Config.Labels "org.opencontainers.image.licenses"}}`, image)
+	if want := releaseVersion(t) + "|Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)"; strings.TrimSpace(labels) != want {
+		t.Errorf("image version|licenses labels %q, want %q", labels, want)
 	}
 	ctr := strings.TrimSpace(run(t, buildah, "from", image))
 	t.Cleanup(func() { exec.Command(buildah, "rm", ctr).Run() })
@@ -296,11 +317,10 @@ func TestHelmChart(t *testing.T) {
 	if len(tgz) != 1 {
 		t.Fatalf("make chart packaged %v", tgz)
 	}
-	describe := strings.TrimSpace(run(t, "git", "describe", "--tags", "--always", "--dirty"))
-	// helm quotes an appVersion that looks like a number, as a short hash may.
+	release := releaseVersion(t)
 	var chart map[string]any
-	if err := yaml.Unmarshal(helm("show", "chart", tgz[0]), &chart); err != nil || fmt.Sprint(chart["appVersion"]) != describe {
-		t.Errorf("packaged chart's appVersion is %v, not git describe's %q (%v)", chart["appVersion"], describe, err)
+	if err := yaml.Unmarshal(helm("show", "chart", tgz[0]), &chart); err != nil || fmt.Sprint(chart["appVersion"]) != release {
+		t.Errorf("packaged chart's appVersion is %v, not the VERSION file's %q (%v)", chart["appVersion"], release, err)
 	}
 
 	// With its defaults the chart renders the pod of

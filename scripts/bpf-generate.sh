@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates the bpf2go output (*_bpfel.go, *_bpfel.o) from the BPF C.
 # Needs Debian's clang, llvm and libbpf-dev; the result is byte-for-byte
 # reproducible for the versions in scripts/bpf-toolchain.txt, whatever
@@ -24,3 +25,8 @@ export BPF2GO_CC=clang
 export BPF2GO_STRIP=llvm-strip
 export BPF2GO_CFLAGS="-O2 -g -Wall -Werror -I$PWD/bpf/include -fdebug-prefix-map=$PWD/bpf/include=bpf/include -I/usr/include/$(clang -print-multiarch)"
 go generate ./...
+# bpf2go writes no licence line: the Go it generates is Apache-2.0 like the
+# rest of the Go; the objects it embeds carry the C's dual licence.
+for f in $(git ls-files '*_bpfel.go') $(git ls-files --others --exclude-standard '*_bpfel.go'); do
+	sed -i '1i // SPDX-License-Identifier: Apache-2.0\n' "$f"
+done

@@ -1,5 +1,7 @@
 #!/bin/sh
-# Fails when the committed BPF objects differ from what bpf/*.bpf.c compiles to.
+# SPDX-License-Identifier: Apache-2.0
+# Fails when the committed BPF objects differ from what internal/*/bpf/*.bpf.c
+# compile to.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/bpf-generate.sh

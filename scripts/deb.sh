@@ -1,12 +1,13 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds the Debian package of stacktop with dpkg-deb from a built static
 # binary: scripts/deb.sh BINARY OUTDIR. Prints the path of the .deb.
 #
 # Everything in it comes from the tree and the binary at build time: the man
 # pages and the shell completions from the binary's own command tree (the
 # hidden `stacktop man DIR`, cobra's `completion`), the unit from
-# deploy/systemd with ExecStart pointed at /usr/bin. The version is
-# `git describe`'s, the timestamps SOURCE_DATE_EPOCH's (default: the last
+# deploy/systemd with ExecStart pointed at /usr/bin. The version is the
+# VERSION file's, the timestamps SOURCE_DATE_EPOCH's (default: the last
 # commit's), so two builds of one commit are byte for byte the same.
 set -eu
 bin=$1
@@ -14,15 +15,13 @@ out=$2
 root=$(git rev-parse --show-toplevel)
 : "${SOURCE_DATE_EPOCH:=$(git -C "$root" log -1 --format=%ct)}"
 export SOURCE_DATE_EPOCH
-: "${VERSION:=$(git -C "$root" describe --tags --always --dirty)}"
+: "${VERSION:=$(cat "$root/VERSION")}"
 : "${DEB_MAINTAINER:=$(git -C "$root" log -1 --format='%an <%ae>')}"
 
 # Debian versions must start with a digit and, for a package without a
-# separate Debian revision, hold no hyphen: v1.2.3-4-gabc -> 1.2.3+4.gabc,
-# an untagged tree -> 0~git<date>.<hash>.
+# separate Debian revision, hold no hyphen.
 case $VERSION in
-v[0-9]*) debversion=$(echo "${VERSION#v}" | sed 's/-/+/; s/-/./g') ;;
-*) debversion=0~git$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d).$(echo "$VERSION" | tr - .) ;;
+[0-9]*[!0-9A-Za-z.+~]* | [!0-9]*) echo "deb.sh: version $VERSION is not a Debian upstream version (digits, letters, . + ~)" >&2; exit 1 ;;
 esac
 case $(file -b "$bin") in
 *x86-64*) arch=amd64 ;;
@@ -66,13 +65,13 @@ grep -q '^ExecStart=/usr/bin/stacktop ' "$unit" || { echo "deb.sh: no ExecStart=
 doc=$pkg/usr/share/doc/stacktop
 install -D -m 0644 "$root/deploy/debian/copyright" "$doc/copyright"
 printf 'stacktop (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
-	"$debversion" "$(git -C "$root" rev-parse HEAD)" "$DEB_MAINTAINER" \
+	"$VERSION" "$(git -C "$root" rev-parse HEAD)" "$DEB_MAINTAINER" \
 	"$(date -u -R -d "@$SOURCE_DATE_EPOCH")" | gzip -9n >"$doc/changelog.gz"
 mkdir -p "$pkg/usr/share/lintian/overrides"
 install -m 0644 "$root/deploy/debian/lintian-overrides" "$pkg/usr/share/lintian/overrides/stacktop"
 
 mkdir -p "$pkg/DEBIAN"
-sed -e "s|@VERSION@|$debversion|" -e "s|@ARCH@|$arch|" -e "s|@MAINTAINER@|$DEB_MAINTAINER|" \
+sed -e "s|@VERSION@|$VERSION|" -e "s|@ARCH@|$arch|" -e "s|@MAINTAINER@|$DEB_MAINTAINER|" \
 	-e "s|@SIZE@|$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)|" \
 	"$root/deploy/debian/control" >"$pkg/DEBIAN/control"
 (cd "$pkg" && find usr -type f -exec md5sum {} + | LC_ALL=C sort -k2) >"$pkg/DEBIAN/md5sums"
@@ -83,6 +82,6 @@ find "$pkg" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 # than bullseye's, whose 5.10 kernel stacktop supports), and it compresses
 # the 17 MB binary about three times faster than xz (2.7 s against 8.3 s here).
 mkdir -p "$out"
-deb=$out/stacktop_${debversion}_$arch.deb
+deb=$out/stacktop_${VERSION}_$arch.deb
 dpkg-deb --root-owner-group -Zgzip --build "$pkg" "$deb" >/dev/null
 echo "$deb"

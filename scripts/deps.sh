@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs, from Debian's packages, what building the BPF objects, running
 # the test suites and checking the packages (lintian, buildah) need. Does
 # nothing when everything is already there.

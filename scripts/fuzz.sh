@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs every Go fuzz target (func FuzzXxx in a _test.go file) for a short,
 # bounded time: FUZZTIME each (default 3s), one at a time. `go test` already
 # runs their seed corpora; this explores beyond them. A failure leaves the

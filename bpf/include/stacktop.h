@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * stacktop's own small CO-RE header: only the kernel types and fields our
  * programs read, marked preserve_access_index so libbpf/cilium relocate each

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command stacktop shows which connections move the bytes on a Linux host and
 // how long received packets wait inside its network stack, using eBPF.
 //

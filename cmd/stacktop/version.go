@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -7,13 +9,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stacktop/stacktop"
 	"github.com/stacktop/stacktop/internal/features"
 )
 
-// version and commit are set at link time by `make build` (-ldflags
-// "-X main.version=v1.2.3 -X main.commit=…"), from git describe and rev-parse.
+// version is the release, from the VERSION file. commit is set at link time
+// by `make build` (-ldflags "-X main.commit=…", from git rev-parse); a plain
+// go build falls back to the revision Go stamps.
 var (
-	version = "dev"
+	version = stacktop.Version
 	commit  = ""
 )
 

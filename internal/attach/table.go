@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package attach is stacktop's one attach engine. A loader describes its BPF
 // object's hooks in a table — each Hook lists its Backends in preference
 // order, each Backend its Programs in attach order and how each attaches —

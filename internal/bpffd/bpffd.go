@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpffd lists the BPF objects (programs, maps, links) a process
 // holds file descriptors on, and the ids the kernel gives them, from
 // /proc/<pid>/fd and /proc/<pid>/fdinfo. It needs neither bpftool nor BPF

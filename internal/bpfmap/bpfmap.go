@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfmap reads whole BPF hash maps from user space, for the engines
 // that walk their tables every refresh.
 package bpfmap

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cgroup translates between cgroup v2 ids (what BPF reports, the
 // inode number of the cgroup directory) and their paths.
 package cgroup

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clierr carries the exit-code contract of the command line: bad usage
 // exits 2, missing privileges 77, anything else 1.
 package clierr

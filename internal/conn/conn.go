@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package conn defines the connection record that the tracker produces and
 // every consumer (stream outputs, TUI, Prometheus collector) reads.
 package conn

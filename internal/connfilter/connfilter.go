@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package connfilter holds the connection filters every connection consumer
 // shares (stream, TUI, Prometheus exporter): their flags, their validation
 // and the predicate that selects records. Processes, cgroups, interfaces

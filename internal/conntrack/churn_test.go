@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conntrack
 
 import (
@@ -16,7 +18,7 @@ import (
 // reported closed exactly once, with its thread's name and its bytes, and
 // no record of the server's port is ever partial or without an owner.
 //
-// The 7.2 guest broke this (sessions 15 and 16): a state program preempted
+// The 7.2 guest once broke this: a state program preempted
 // between putting a new entry into the table and owning it let user space
 // read the entry half-built, and conns_owners (which runs while accepted
 // sockets wait for their owner) give a connecting socket the name of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conntrack
 
 import (
@@ -195,10 +197,10 @@ var socketFits = sync.OnceValue(func() error {
 // the refcount before it unlocks; its name in the kernel's BTF tells the
 // kernels apart. Before 5.15 (no struct bpf_tcp_iter_state) the iterator
 // runs the program on each socket under the bucket's lock and takes no
-// reference, so the race cannot happen there. (Sessions 4 and 5 kept the
-// iterators off 5.10 after soft lockups under churn; those were QEMU 7.2's
-// TCG looping on a stray int3 at a static key, with or without the
-// iterators: docs/MATRIX.md.)
+// reference, so the race cannot happen there. (Soft lockups of 5.10 guests
+// under churn, once blamed on the iterators, were QEMU 7.2's TCG looping on
+// a stray int3 at a static key, with or without the iterators:
+// docs/MATRIX.md.)
 var iteratorHazard = sync.OnceValue(func() error {
 	spec, err := attach.KernelTypes()
 	if err != nil {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conntrack
 
 import (
@@ -115,7 +117,7 @@ func TestLiveCounters(t *testing.T) {
 		}
 		if retransAfter > 0 {
 			retransChecked++
-			// 10 % of slack below and above, as the issue allows.
+			// 10 % of slack below and above: retransmits between the snapshots.
 			if r.Retrans*10 < retransBefore*9 || r.Retrans*10 > retransAfter*11 {
 				t.Errorf("retrans %d, ss says %d before and %d after the snapshot", r.Retrans, retransBefore, retransAfter)
 			}

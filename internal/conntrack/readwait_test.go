@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package conntrack
 
 import (
@@ -16,7 +18,7 @@ import (
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
-// The read-wait scenario of issue 13: the peer sends messages 10 ms apart;
+// The read-wait scenario: the peer sends messages 10 ms apart;
 // one reader sleeps 120 ms before each read, the other reads at once.
 const (
 	rwMessages  = 25
@@ -34,7 +36,7 @@ const (
 // latency of a reader blocked in read(), and one wakeup decides the p99 of
 // a refresh's 8 or so reads: in the emulated guests (TCG, two guests on two
 // cores) 24 ms was seen, so there it need only stay below the slow one's
-// bound. CI runs the host suites alone on the machine, where the issue's
+// bound. CI runs the host suites alone on the machine, where the tight
 // bound holds.
 func fastP99Below() uint64 {
 	if testenv.InGuest() {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package conntrack is the connection tracking engine behind `stacktop top`,
 // `stream` and the Prometheus exporter: it loads bpf/conns.bpf.c, picks a
 // backend per hook, and turns the kernel's per-socket and per-flow entries

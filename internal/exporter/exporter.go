@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package exporter turns what stacktop measures in the kernel into Prometheus
 // metrics: the stack-latency histograms, read from the BPF maps at scrape
 // time; per-process and per-cgroup connection aggregates, accumulated from

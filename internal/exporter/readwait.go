@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package exporter
 
 import (
@@ -35,8 +37,8 @@ func (c *Connections) ExportReadWait() { c.readWait = true }
 // records of one TCP socket. Told apart by the histogram itself, which the
 // join hands out once per socket and refresh (found by cookie, or before
 // 5.12 by address), not by r.Cookie: keyed by the cookie, a 5.10 guest
-// once exported a reader's 5 reads as 6 (TestServeReadWait, session 9;
-// which two records met was not found).
+// once exported a reader's 5 reads as 6 (TestServeReadWait; which two
+// records met was not found).
 func (c *Connections) addReadWait(g *group, r *conn.Record) {
 	if r.ReadWait == nil {
 		return

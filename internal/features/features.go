@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package features probes what the running kernel lets us load and attach,
 // and records why anything was refused, so that hook selection and
 // `stacktop doctor` speak from the same facts.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hist defines the log2 latency histograms shared by the BPF
 // programs and every consumer, with ebpf_exporter's exp2 semantics so the
 // same data feeds Prometheus unchanged.

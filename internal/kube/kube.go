@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kube names the Kubernetes namespace, pod and container that a
 // cgroup belongs to, without the API server: the pod UID and container ID
 // come from the cgroup path that the kubelet and the container runtime

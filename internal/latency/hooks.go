@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package latency implements netstacklat: in-kernel log2 histograms of how long
 // received packets have been inside the host network stack when they reach each
 // layer. Its hooks are the table in this file: per hook, fentry/fexit programs

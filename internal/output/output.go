@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package output writes connection snapshots as text, JSON lines or CSV,
 // and appends them to a CSV log that survives restarts (--log).
 package output

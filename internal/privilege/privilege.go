@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package privilege decides, before any BPF object is created, whether the
 // process holds the capabilities the chosen hooks need, and names those it
 // lacks. Root is not enough on its own: a container's root may have dropped

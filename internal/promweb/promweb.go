@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package promweb serves a Prometheus registry over HTTP or HTTPS through
 // prometheus/exporter-toolkit, so TLS and basic auth are configured the same
 // way as for every other Prometheus exporter (--web.config.file).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package readwait joins the latency tracer's per-socket read-wait
 // histograms to the connection records, by socket cookie: each record gets
 // how long its socket's received data waited until the application read

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package runopts holds the options every reporting command shares (refresh
 // interval, --count, --duration, --format) and the loop that honours them
 // together with SIGINT, SIGTERM and SIGHUP.

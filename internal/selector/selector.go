@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package selector is the one vocabulary every command uses to name
 // processes, cgroups, interfaces and network namespaces (-p/--pid,
 // -c/--cgroup, -i/--interface, -n/--netns): the same text is accepted, and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package termsafe makes text that a local user controls (process names,
 // cgroup paths, interface names) safe to print on a terminal: a process may
 // name itself "ev\nX\x1b[31m" to split a row or send escape sequences to

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv gives integration tests what they share: the root check
 // that fails under CI instead of skipping, and peer hosts in network
 // namespaces connected to ours by a veth pair.

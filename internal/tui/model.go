@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tui is the interactive connection table of `stacktop top`: a pure
 // Model (what is shown, in which order, in which columns, at which width)
 // that tests drive key by key, and Run, which puts the Model on a terminal

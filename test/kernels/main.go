@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kernels is the kernel matrix: it boots Debian's cloud kernels in
 // qemu under TCG with a busybox initramfs holding stacktop and the static
 // test binaries of every integration suite, runs the suites there with every
@@ -486,7 +488,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // once the emulator has killed a guest (retries follow only infrastructure
 // faults, almost always a stray int3 of live code patching). With one vCPU
 // no other vCPU can run a stale translation of code being patched, which
-// is how TCG trips over the int3; in one session 6.12 died of it four times
+// is how TCG trips over the int3; a 6.12 guest has died of it four times
 // in a row.
 func guestCPUs(attempt, first int) int {
 	if attempt > 1 {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -48,7 +50,7 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 		// A NULL dereference in our BPF program's call path may be ours.
 		{"null-deref-in-suite.log", ""},
 		// So is one in the kernel's BPF iterator code while we read an
-		// iterator (7.2's socket storage iterator under churn, session 11;
+		// iterator (7.2's socket storage iterator under churn;
 		// captured from the matrix, cut after the panic): never retried.
 		{"oops-in-bpf-iterator-sid.log", ""},
 		// One far from any of our programs (AppArmor's recvmsg hook, a
@@ -82,8 +84,8 @@ func TestInfrastructureFaultFromConsoles(t *testing.T) {
 			"([  140.100375] rcu: INFO: rcu_sched self-detected stall on CPU)"},
 		// Both CPUs at one static key's jump in sk_filter_trim_cap: the RCU
 		// stall dumps CPU 1 twice at the same instant (one sample), the soft
-		// lockup 6.5 s later CPU 0 (captured likewise, with the owners
-		// iterator of session 6; cut after the soft lockup report).
+		// lockup 6.5 s later CPU 0 (captured likewise, with an owners
+		// iterator; cut after the soft lockup report).
 		{"lockup-two-cpus-6.1.log", "a vCPU looping on a stray int3 of the kernel's live code patching under TCG: " +
 			"CPUs 1 and 0 stuck at sk_filter_trim_cap+0x36/0x250, a static key's short jump (eb 3c), at 217.851381s and 224.349495s " +
 			"([  217.851381] rcu: INFO: rcu_preempt self-detected stall on CPU)"},

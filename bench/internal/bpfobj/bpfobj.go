@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpfobj finds the BPF programs and maps a process holds, and reads
 // what the kernel accounts for them: run time per invocation (with run-time
 // statistics enabled) and locked memory.

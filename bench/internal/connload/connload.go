@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package connload generates the connection workloads of the user-space
 // benchmark on loopback: many idle TCP connections held open, and a steady
 // rate of connections opened and closed. It runs in a process of its own so

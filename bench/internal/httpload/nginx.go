@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package httpload runs the overhead workload: one nginx worker serving a
 // tiny fixed response from its own prefix and configuration, and wrk
 // measuring requests per second and latency percentiles against it.

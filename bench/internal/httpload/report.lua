@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Printed by wrk at the end of a run so the benchmark reads exact numbers
 -- (microseconds, counts) instead of parsing wrk's human-readable units.
 done = function(summary, latency, requests)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package peer creates the benchmark's second host: a network namespace
 // linked to ours by a veth pair, so traffic crosses a real device and the
 // whole receive path instead of loopback's shortcut.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package periodic runs a function at a fixed interval in the background,
 // for the load the benchmarks keep up while they measure (scrapes, a trickle
 // of datagrams).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package proc reads what the benchmark measures about a running process
 // from /proc: CPU time consumed and resident memory.
 package proc

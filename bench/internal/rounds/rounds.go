@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rounds interleaves tool rounds with baseline rounds (A/B/A/B…)
 // and turns their results into ratios against the adjacent baselines, so
 // that drift in the machine's speed over a run cancels out; then into

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rounds
 
 import (
@@ -93,7 +95,7 @@ func probWithin(t float64, df int) float64 {
 	return sin * sum
 }
 
-// Target is an issue's bound on a ratio: at least Limit (requests/s) or,
+// Target is a budget's bound on a ratio: at least Limit (requests/s) or,
 // with AtMost, at most Limit (p99).
 type Target struct {
 	Limit  float64 `json:"limit"`

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rounds
 
 import (
@@ -58,7 +60,7 @@ func TestJudge(t *testing.T) {
 		// mean 0.97 ± 0.0497
 		{"interval straddles", rps, []float64{0.95, 0.97, 0.99}, wide, Inconclusive},
 		// [0.552, 1.048] straddles, but every round is below 0.97 · 0.95 = 0.9215:
-		// the case, a miss and not "inconclusive"
+		// a tool clearly below its target: a miss, not "inconclusive"
 		{"every round below the band", rps, []float64{0.70, 0.80, 0.90}, wide, Missed},
 		{"one round within the band", rps, []float64{0.70, 0.80, 0.93}, wide, Inconclusive},
 		// a tool right at 0.95 with a tight band: rounds below the band

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tool starts and stops the observability tools the benchmark
 // compares, each in a process of its own, and knows when one is ready: its
 // BPF programs are loaded and attached, so measuring can begin.

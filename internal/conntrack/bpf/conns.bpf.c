@@ -1,13 +1,13 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Connection tracking for `stacktop top/stream`.
  *
  * TCP: one entry per socket in `conns`, keyed by the socket cookie. The
  * lifecycle comes from tp_btf/inet_sock_set_state. No program runs on the
  * data path: bytes, segments, smoothed RTT and retransmits are the kernel's
- * own tcp_sock counters, read by conns_refresh (an iterator over the
- * entries of `conns` that user space runs once per refresh) and at every
- * state change, a last time at TCP_CLOSE, whose final entry goes to the
+ * own tcp_sock counters, read by conns_refresh (a raw_tp program attached
+ * nowhere: user space runs it with BPF_PROG_TEST_RUN once per refresh over
+ * the entries it read from `conns`) and at every state change, a last time at TCP_CLOSE, whose final entry goes to the
  * ring buffer before the entry is deleted. Bytes are what the application wrote and read, derived
  * from sequence space (see tcp_bytes()).
  *
@@ -36,7 +36,7 @@
 #include "accept.h"
 #include "udp.h"
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(conns_tcp_state, struct sock *sk, int oldstate, int newstate)

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The maps and records of bpf/conns.bpf.c that every part shares, and the
  * contract with internal/conntrack (enums exported by bpf2go -type).

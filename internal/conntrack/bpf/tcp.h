@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * TCP: one entry per socket in `conns`, its counters read from the kernel's
  * tcp_sock at state changes, at destruction and by the refresh iterator.

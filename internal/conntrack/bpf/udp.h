@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * UDP: one entry per (socket, local addr:port, remote addr:port) in `flows`,
  * counted per datagram: by fentry/fexit programs on the UDP functions where

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * --at: probes the user names, at any tracepoint or kernel function that
  * takes an skb. One generic program per kind of point (tp_btf, fentry); the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * netstacklat: how long received packets have been inside the host network
  * stack when they reach each layer, aggregated into per-CPU log2 histograms
@@ -17,7 +17,7 @@
 #include "socket.h"
 #include "at.h"
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
 

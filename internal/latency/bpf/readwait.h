@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Read wait per socket: each socket-read sample also goes into a small log2
  * histogram of its socket, which user space joins to the connection table

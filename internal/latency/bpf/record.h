@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * What every hook shares: the contract with internal/latency (enums exported
  * by bpf2go -type), the configuration, the histograms and recording a sample.

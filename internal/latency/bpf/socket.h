@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The socket hooks: what a socket remembers between its enqueue and its
  * read, and the filters netstacklat applies at the socket-read hooks.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package reexec runs a test binary again as a helper process: the far end
 // of a connection with an owner of its own, a process in another cgroup,
 // more sockets than one process may hold. It is apart from internal/testenv

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package debian fetches Debian's cloud kernels for the kernel matrix with a
 // private apt configuration (the system's sources, lists and cache stay
 // untouched) and keeps the packages and their unpacked trees in a cache

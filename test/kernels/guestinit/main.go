@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command guestinit is PID 1 of a kernel-matrix guest: it mounts what BPF
 // programs and network tests need, loads the kernel modules the host packed,
 // records `stacktop doctor`, runs every test suite with every backend the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package initramfs writes the gzip-compressed cpio archive ("newc" format)
 // that the kernel unpacks into its root file system at boot.
 package initramfs

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kernelsmd renders docs/KERNELS.md from what `stacktop doctor
 // --format json` reported in each kernel of the matrix, and from the suites'
 // outcomes there. It reads doctor's JSON loosely: fields it does not know

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package protocol is the contract between the kernel-matrix runner on the
 // host and the init program inside the guest: the plan the host puts into the
 // initramfs, and the marker lines the guest writes to its serial console so
