@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test fuzz deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix bench cli-docs
 
 # The version and commit come from git (`stacktop --version` prints them);
 # -s -w strips the symbol table and DWARF (about a third of the size).
@@ -16,6 +16,12 @@ build:
 
 generate:
 	scripts/bpf-generate.sh
+
+# The command line reference, docs/cli/, written from the commands' flags
+# and help (cmd/stacktop's TestCLIReferenceIsCurrent fails when it drifts).
+cli-docs:
+	rm -f docs/cli/*.md
+	$(GO) run ./cmd/stacktop markdown docs/cli
 
 check-generated:
 	scripts/check-generated.sh
