@@ -131,3 +131,51 @@ func prefixed(prefix string, values []string) []string {
 	}
 	return out
 }
+
+// TestOldSpellingsDocumented: docs/CLI.md's table names every alias the
+// code keeps, and the flag each now stands for.
+func TestOldSpellingsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	rows := map[string]string{"max-connections": "max-tracked", "log-level": "log.level"}
+	for old, now := range serveAliases {
+		rows[old] = now
+	}
+	for old, now := range rows {
+		if row := "| `--" + old + "` | `--" + now + "` |"; !strings.Contains(doc, row) {
+			t.Errorf("docs/CLI.md lacks the row %s", row)
+		}
+	}
+}
+
+// TestOldSpellingsStillWork: each alias sets the flag it stands for, on
+// the command that had it.
+func TestOldSpellingsStillWork(t *testing.T) {
+	for _, c := range []struct{ cmd, old, now, value string }{
+		{"stream", "max-connections", "max-tracked", "16"},
+		{"top", "max-connections", "max-tracked", "16"},
+		{"serve", "max-connections", "connections.max-tracked", "16"},
+		{"serve", "udp-idle", "connections.udp-idle", "7"},
+		{"serve", "per-connection-series", "connections.per-connection-series", "3"},
+		{"serve", "max-series", "connections.max-series", "50"},
+		{"serve", "bpf-stats", "bpf.stats", "true"},
+		{"serve", "compat", "latency.compat", "ebpf_exporter"},
+		{"latency", "report-interval", "interval", "2"},
+	} {
+		cmd, _, err := newRootCmd().Find([]string{c.cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags([]string{"--" + c.old + "=" + c.value}); err != nil {
+			t.Errorf("%s --%s: %v", c.cmd, c.old, err)
+			continue
+		}
+		f := cmd.Flags().Lookup(c.now)
+		if !f.Changed || f.Value.String() == f.DefValue {
+			t.Errorf("%s --%s=%s left --%s at %s", c.cmd, c.old, c.value, c.now, f.Value)
+		}
+	}
+}

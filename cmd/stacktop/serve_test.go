@@ -140,7 +140,7 @@ func TestServeConnectionSelection(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// --compat ebpf_exporter listens on ebpf_exporter's port (on loopback, as
+// --latency.compat ebpf_exporter (--compat before) listens on ebpf_exporter's port (on loopback, as
 // serve's own default) unless --web.listen-address says otherwise.
 func TestServeCompatDefaultAddress(t *testing.T) {
 	for _, c := range []struct {
@@ -149,7 +149,7 @@ func TestServeCompatDefaultAddress(t *testing.T) {
 	}{
 		{nil, "127.0.0.1:9877"},
 		{[]string{"--compat", "ebpf_exporter"}, "127.0.0.1:9435"},
-		{[]string{"--compat", "ebpf_exporter", "--web.listen-address", ":9435"}, ":9435"},
+		{[]string{"--latency.compat", "ebpf_exporter", "--web.listen-address", ":9435"}, ":9435"},
 	} {
 		var o serveOptions
 		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)

@@ -351,7 +351,7 @@ func TestStreamLogAppends(t *testing.T) {
 	checkCSVRows(t, rows[1:], 2)
 }
 
-// TestStreamMapFull: --max-connections 16 with 64 connections opened during
+// TestStreamMapFull: --max-tracked 16 with 64 connections opened during
 // the run (128 sockets on this host) shows the overflow in the JSON summary
 // and the text footer; the default capacity shows none for the same traffic.
 func TestStreamMapFull(t *testing.T) {
@@ -405,7 +405,7 @@ func TestStreamMapFull(t *testing.T) {
 	}
 
 	t.Run("json-tiny", func(t *testing.T) {
-		out := streamRunWith(t, open, append(common, "--format", "json", "--max-connections", "16")...)
+		out := streamRunWith(t, open, append(common, "--format", "json", "--max-tracked", "16")...)
 		last, _ := summaries(t, out)
 		if last.MapFull < atLeast {
 			t.Errorf("last summary map_full %d, want at least %d:\n%s", last.MapFull, atLeast, out)
@@ -413,6 +413,7 @@ func TestStreamMapFull(t *testing.T) {
 	})
 
 	t.Run("text-tiny", func(t *testing.T) {
+		// The old spelling of --max-tracked still works.
 		out := streamRunWith(t, open, append(common, "--max-connections", "16")...)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		footer := lines[len(lines)-1]
