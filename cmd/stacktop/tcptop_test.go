@@ -58,25 +58,13 @@ func TestShortFlagCMeansWhatEachToolMeant(t *testing.T) {
 	}
 }
 
-// loopbackPair opens a TCP connection to a listener on addr (127.0.0.1 or
-// [::1]) and returns the two ends' "local > remote" as stream prints them.
-func loopbackPair(t *testing.T, network, addr string) (server, client string) {
+// loopbackPair opens a TCP connection to a listener on addr (127.0.0.1:0
+// or [::1]:0) and returns the two ends' "local > remote" as stream prints
+// them.
+func loopbackPair(t *testing.T, addr string) (server, client string) {
 	t.Helper()
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	c, err := net.Dial(network, ln.Addr().String())
+	ln := testenv.ServeLocalTCP(t, addr, func(c net.Conn) { io.Copy(io.Discard, c) })
+	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +85,8 @@ var connLine = regexp.MustCompile(`^\S+ (tcp|udp) (\S+ > \S+) (\S+) `)
 // exactly the connections of the family asked for.
 func TestTcptopHabits(t *testing.T) {
 	testenv.RequireRoot(t)
-	s4, c4 := loopbackPair(t, "tcp4", "127.0.0.1:0")
-	s6, c6 := loopbackPair(t, "tcp6", "[::1]:0")
+	s4, c4 := loopbackPair(t, "127.0.0.1:0")
+	s6, c6 := loopbackPair(t, "[::1]:0")
 	port := func(end string) string {
 		local, _, _ := strings.Cut(end, " > ")
 		return local[strings.LastIndex(local, ":")+1:]
