@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -32,7 +33,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
 	if alias, ok := aliases[clierr.Prog]; ok {
 		root = alias()
-		root.Use = clierr.Prog
+		root.Use = clierr.Prog + strings.TrimPrefix(root.Use, root.Name()) // its arguments stay
 	}
 	setupRoot(root, stdout, stderr)
 	started := false // set once cobra has parsed and validated everything

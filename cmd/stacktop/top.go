@@ -22,7 +22,7 @@ import (
 
 func newTopCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "top",
+		Use:   "top [interval] [count]",
 		Short: "Live view of TCP connections and UDP flows (like stream when stdout is not a terminal)",
 		Long: `top shows every TCP connection and UDP flow on the host in a live table:
 addresses, owning process, state, rates in and out, and smoothed RTT; c adds
