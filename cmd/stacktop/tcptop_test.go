@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/testenv"
@@ -76,6 +78,12 @@ func loopbackPair(t *testing.T, addr string) (server, client string) {
 	return r + " > " + l, l + " > " + r
 }
 
+// localPort is the local port of a "local > remote" of loopbackPair.
+func localPort(end string) string {
+	local, _, _ := strings.Cut(end, " > ")
+	return local[strings.LastIndex(local, ":")+1:]
+}
+
 // connLine matches a stream text line's protocol, "local > remote" and state.
 var connLine = regexp.MustCompile(`^\S+ (tcp|udp) (\S+ > \S+) (\S+) `)
 
@@ -87,11 +95,7 @@ func TestTcptopHabits(t *testing.T) {
 	testenv.RequireRoot(t)
 	s4, c4 := loopbackPair(t, "127.0.0.1:0")
 	s6, c6 := loopbackPair(t, "[::1]:0")
-	port := func(end string) string {
-		local, _, _ := strings.Cut(end, " > ")
-		return local[strings.LastIndex(local, ":")+1:]
-	}
-	ports := port(s4) + "," + port(s6)
+	ports := localPort(s4) + "," + localPort(s6)
 	for _, c := range []struct {
 		flags []string
 		want  []string
@@ -146,5 +150,38 @@ func TestTopNoClearInATerminal(t *testing.T) {
 	}
 	if strings.Contains(s, " sort ") {
 		t.Errorf("the live table was drawn:\n%s", s)
+	}
+}
+
+// seriesLabel matches one label of an exposition line.
+var seriesLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+// TestServeAddressFamily: serve -4 and -6 export the per-connection series
+// of exactly the connections of that family.
+func TestServeAddressFamily(t *testing.T) {
+	testenv.RequireRoot(t)
+	s4, c4 := loopbackPair(t, "127.0.0.1:0")
+	s6, c6 := loopbackPair(t, "[::1]:0")
+	for flag, want := range map[string][]string{"-4": {s4, c4}, "-6": {s6, c6}} {
+		url := startServe(t, flag, "--no-collector.latency", "--tcp", "--interval", "100ms",
+			"--connections.per-connection-series", "100", "--port", localPort(s4)+","+localPort(s6))
+		slices.Sort(want)
+		testenv.Eventually(t, 10*time.Second, "serve "+flag+"'s per-connection series", func() error {
+			var got []string
+			for _, line := range seriesOf(scrape(t, url), "stacktop_connection_received_bytes_total") {
+				l := map[string]string{}
+				for _, m := range seriesLabel.FindAllStringSubmatch(line, -1) {
+					l[m[1]] = m[2]
+				}
+				if l["remote_port"] != "0" {
+					got = append(got, net.JoinHostPort(l["local_addr"], l["local_port"])+" > "+net.JoinHostPort(l["remote_addr"], l["remote_port"]))
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("connections %q, want %q", got, want)
+			}
+			return nil
+		})
 	}
 }
