@@ -30,6 +30,15 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 			t.Errorf("docs/cli/%s documents no command: run make cli-docs", name)
 		}
 	}
+	// A --no-X flag is an action: "(default true)" on it read backwards.
+	for _, line := range strings.Split(want["stacktop_serve.md"], "\n") {
+		if strings.Contains(line, "--no-collector.") && strings.Contains(line, "(default") {
+			t.Errorf("serve's help shows a default for a negation: %s", line)
+		}
+	}
+	if !strings.Contains(want["stacktop_serve.md"], "--no-collector.read-wait ") {
+		t.Error("serve's help lacks --no-collector.read-wait")
+	}
 	for _, name := range []string{"stacktop.md", "stacktop_top.md", "stacktop_stream.md", "stacktop_latency.md", "stacktop_serve.md", "stacktop_doctor.md"} {
 		if !strings.Contains(want[name], "### Exit status\n") || !strings.Contains(want[name], "| 77 | missing privileges") {
 			t.Errorf("%s has no exit status section:\n%s", name, want[name])

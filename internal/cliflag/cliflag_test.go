@@ -92,3 +92,18 @@ func TestAliases(t *testing.T) {
 		t.Errorf("help shows an alias:\n%s", usage)
 	}
 }
+
+// FuzzInt: any text is either refused, leaving the value alone, or gives a
+// number within the bounds.
+func FuzzInt(f *testing.F) {
+	for _, s := range []string{"1", "1000", "0", "-1", "+5", "1e3", "0x10", "99999999999999999999", " 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		n := -42
+		err := (&Int{&n, 1, 1000}).Set(v)
+		if (err == nil && (n < 1 || n > 1000)) || (err != nil && n != -42) {
+			t.Fatalf("Set(%q) = %d, %v", v, n, err)
+		}
+	})
+}
