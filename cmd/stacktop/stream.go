@@ -57,8 +57,9 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 }
 
 // registerMaxTracked adds the size of the connection tables, shared by top,
-// stream (--max-tracked) and serve (--connections.max-tracked); it was
-// --max-connections, which serve's --web.max-connections made ambiguous.
+// stream (--max-tracked) and serve (--connections.max-tracked). Its old
+// name, --max-connections, stays an alias only: beside serve's
+// --web.max-connections (HTTP connections) it meant two things.
 func registerMaxTracked(fs *pflag.FlagSet, n *int, name string) {
 	cliflag.IntVarP(fs, n, name, "", conntrack.DefaultMaxConnections, conntrack.MinMaxConnections, conntrack.MaxMaxConnections,
 		"size of the kernel's TCP socket table and of its UDP flow table (each), and the most closed connections held between two refreshes; sockets beyond it are counted as map full, closes beyond it as lost")
