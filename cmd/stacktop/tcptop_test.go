@@ -90,22 +90,30 @@ var connLine = regexp.MustCompile(`^\S+ (tcp|udp) (\S+ > \S+) (\S+) `)
 // TestTcptopHabits runs tcptop as bcc's users type it, over an IPv4 and an
 // IPv6 loopback connection: `tcptop -C [-S] [-4|-6] 0.1 2` prints two
 // refreshes (the count argument), with a summary line each unless -S, and
-// exactly the connections of the family asked for.
+// exactly the connections of the family asked for; so does stream -4/-6.
 func TestTcptopHabits(t *testing.T) {
 	testenv.RequireRoot(t)
 	s4, c4 := loopbackPair(t, "127.0.0.1:0")
 	s6, c6 := loopbackPair(t, "[::1]:0")
 	ports := localPort(s4) + "," + localPort(s6)
+	tcptop := func(flags ...string) []string {
+		return append(append([]string{"tcptop", "-C", "--port", ports}, flags...), "0.1", "2")
+	}
+	stream := func(flag string) []string {
+		return []string{"stacktop", "stream", flag, "--port", ports, "-r", "0.1", "--count", "2"}
+	}
 	for _, c := range []struct {
-		flags []string
-		want  []string
+		args []string
+		want []string
 	}{
-		{nil, []string{s4, c4, s6, c6}},
-		{[]string{"-4"}, []string{s4, c4}},
-		{[]string{"--ipv6"}, []string{s6, c6}},
-		{[]string{"-S", "-6"}, []string{s6, c6}},
+		{tcptop(), []string{s4, c4, s6, c6}},
+		{tcptop("-4"), []string{s4, c4}},
+		{tcptop("--ipv6"), []string{s6, c6}},
+		{tcptop("-S", "-6"), []string{s6, c6}},
+		{stream("-4"), []string{s4, c4}},
+		{stream("-6"), []string{s6, c6}},
 	} {
-		args := append(append([]string{"tcptop", "-C", "--port", ports}, c.flags...), "0.1", "2")
+		args := c.args
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
@@ -126,7 +134,7 @@ func TestTcptopHabits(t *testing.T) {
 			t.Errorf("%v: connections %q, want %q:\n%s", args, seen, want, stdout.String())
 		}
 		wantSummaries := 2
-		if slices.Contains(c.flags, "-S") {
+		if slices.Contains(args, "-S") {
 			wantSummaries = 0
 		}
 		if summaries != wantSummaries {
