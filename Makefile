@@ -9,7 +9,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test fuzz deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix bench cli-docs
 
 # The version is the VERSION file's (the binary embeds it), the commit git's
 # (`stacktop --version` prints both); -s -w strips the symbol table and DWARF
@@ -22,6 +22,12 @@ build:
 
 generate:
 	scripts/bpf-generate.sh
+
+# The command line reference, docs/cli/, written from the commands' flags
+# and help (cmd/stacktop's TestCLIReferenceIsCurrent fails when it drifts).
+cli-docs:
+	rm -f docs/cli/*.md
+	$(GO) run ./cmd/stacktop markdown docs/cli
 
 check-generated:
 	scripts/check-generated.sh

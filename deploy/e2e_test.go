@@ -206,7 +206,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	// -p: socket reads and connections of this test process only, so what
 	// Prometheus shows is the test's traffic, not the host's; both
 	// socket-read probes (serve's default has only the TCP one).
-	s := startStack(t, "--bpf-stats", "-p", strconv.Itoa(os.Getpid()), "--latency.probes", "tcp-socket-read,udp-socket-read")
+	s := startStack(t, "--bpf.stats", "-p", strconv.Itoa(os.Getpid()), "--latency.probes", "tcp-socket-read,udp-socket-read")
 	peer := testenv.NewPeer(t, "sts-e2e", 100)
 
 	// Traffic in rounds until Prometheus has seen it: the first scrapes

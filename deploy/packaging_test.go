@@ -348,13 +348,13 @@ func TestHelmChart(t *testing.T) {
 	// The values that change the pod do.
 	custom := daemonSet(t, helm("template", "st", "helm/stacktop", "--namespace", "mon",
 		"--set", "port=9435", "--set", "image.tag=v1.2.3", "--set", "seccompProfile=Unconfined",
-		"--set-json", `extraArgs=["--compat","ebpf_exporter"]`))
+		"--set-json", `extraArgs=["--latency.compat","ebpf_exporter"]`))
 	c := get(custom, "spec", "template", "spec", "containers", 0)
 	for _, check := range []struct {
 		path []any
 		want any
 	}{
-		{[]any{"args"}, []any{"serve", "--web.listen-address=:9435", "--compat", "ebpf_exporter"}},
+		{[]any{"args"}, []any{"serve", "--web.listen-address=:9435", "--latency.compat", "ebpf_exporter"}},
 		{[]any{"ports", 0, "containerPort"}, 9435},
 		{[]any{"ports", 0, "hostPort"}, 9435},
 		{[]any{"image"}, "ghcr.io/stacktop/stacktop:v1.2.3"},

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
@@ -28,6 +29,8 @@ func newDoctorCmd() *cobra.Command {
 (fentry, fexit, tp_btf, raw_tp, netfilter links, kprobes, iterators, cgroup_skb)
 and checks the maps and helpers it relies on. Each line says whether the kernel
 accepted it and, if not, the error it answered with.`,
+		Example: `  stacktop doctor                # what this kernel allows, and each hook's backend
+  stacktop doctor --format json  # the same, for a bug report`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "text" && format != "json" {
@@ -71,6 +74,7 @@ accepted it and, if not, the error it answered with.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")
+	cliflag.Enum(cmd.Flags(), "format", "text", "json")
 	return cmd
 }
 

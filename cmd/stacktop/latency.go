@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
@@ -41,16 +41,19 @@ type latencyFlags struct {
 // would still fill, an idle one's would stay empty for hours.
 const maxSampleEvery = 1_000_000
 
+// maxMinQueue bounds -q as netstacklat does: no socket queue holds more.
+const maxMinQueue = 65536
+
 // probeFlags select and filter the latency probes; serve shares them.
 type probeFlags struct {
 	enable      []string
 	disable     []string
 	sel         selector.Specs
-	minQueue    string
+	minQueue    int
 	groupIface  bool
 	groupCgroup bool
 	includeHOL  bool
-	sample      string
+	sample      int
 	backend     string
 	at          []string
 	fs          *pflag.FlagSet // to tell an explicitly empty -e or -d from none
@@ -138,20 +141,17 @@ func (f *probeFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
 	fs.StringSliceVarP(&f.enable, "enable-probes", "e", nil, "only these probes (comma-separated)")
 	fs.StringSliceVarP(&f.disable, "disable-probes", "d", nil, "all probes but these (comma-separated)")
+	cliflag.Enum(fs, "enable-probes", hookList(latency.AllHooks)...)
+	cliflag.Enum(fs, "disable-probes", hookList(latency.AllHooks)...)
 	f.sel.Register(fs, probeHelp, "0")
-	fs.StringVarP(&f.minQueue, "min-queuelength", "q", "0", "only reads that leave at least this many packets queued (socket-read probes)")
+	cliflag.IntVarP(fs, &f.minQueue, "min-queuelength", "q", 0, 0, maxMinQueue, "only reads that leave at least this many packets queued (socket-read probes)")
 	fs.BoolVarP(&f.groupIface, "group-by-interface", "I", false, "one histogram per interface")
 	fs.BoolVarP(&f.groupCgroup, "group-by-cgroup", "C", false, "one histogram per cgroup of the reading task (socket-read probes)")
 	fs.BoolVarP(&f.includeHOL, "include-hol-delay", "y", false, "include TCP reads that may have waited for a lost segment (head-of-line blocking)")
-	fs.StringVar(&f.sample, "sample", "1", "record a random 1 in `N` packets (reads, at the socket-read probes): cheaper on busy hosts; counts are then of samples")
-	fs.StringVar(&f.backend, "backend", "auto", "hook implementation: auto, fentry, tracepoint (of the built-in probes)")
+	cliflag.IntVarP(fs, &f.sample, "sample", "", 1, 1, maxSampleEvery, "record a random 1 in N packets (reads, at the socket-read probes): cheaper on busy hosts; counts are then of samples")
+	registerBackend(fs, &f.backend, "hook implementation: auto, fentry, tracepoint (of the built-in probes)")
 	fs.StringArrayVar(&f.at, "at", nil, fmt.Sprintf("also measure at `SPEC`, tracepoint:CATEGORY:NAME or fentry:FUNCTION, a point taking an skb (repeatable, at most %d)", latency.MaxAt))
-	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-		if n, ok := netstacklatNames[name]; ok {
-			name = n
-		}
-		return pflag.NormalizedName(name)
-	})
+	cliflag.Aliases(fs, netstacklatNames)
 }
 
 func runLatency(cmd *cobra.Command, f *latencyFlags) error {
@@ -369,16 +369,7 @@ func (f *probeFlags) config() (latency.Config, selector.Selection, error) {
 		return cfg, sel, err
 	}
 	cfg.Select(sel)
-	q, err := strconv.ParseUint(f.minQueue, 10, 32)
-	if err != nil || q > 65536 {
-		return cfg, sel, clierr.Usage("min-queuelength", f.minQueue, "must be a number of packets from 0 to 65536")
-	}
-	cfg.MinQueueLen = uint32(q)
-	n, err := strconv.ParseUint(f.sample, 10, 32)
-	if err != nil || n < 1 || n > maxSampleEvery {
-		return cfg, sel, clierr.Usage("sample", f.sample, "must be a whole number from 1 (every packet) to %d", maxSampleEvery)
-	}
-	cfg.SampleEvery = uint32(n)
+	cfg.MinQueueLen, cfg.SampleEvery = uint32(f.minQueue), uint32(f.sample)
 	cfg.GroupByIface, cfg.GroupByCgroup, cfg.IncludeHOL = f.groupIface, f.groupCgroup, f.includeHOL
 	return cfg, sel, nil
 }
@@ -460,12 +451,15 @@ func (f *probeFlags) atProbes(fromEnable []string) ([]latency.At, error) {
 }
 
 // hookNames lists the hooks in set, comma-separated, in probe order.
-func hookNames(set latency.HookSet) string {
+func hookNames(set latency.HookSet) string { return strings.Join(hookList(set), ",") }
+
+// hookList names the hooks in set, in probe order.
+func hookList(set latency.HookSet) []string {
 	var names []string
 	for _, h := range latency.Hooks {
 		if set.Has(h) {
 			names = append(names, h.String())
 		}
 	}
-	return strings.Join(names, ",")
+	return names
 }

@@ -13,10 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 )
 
 func main() {
@@ -33,7 +35,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
 	if alias, ok := aliases[clierr.Prog]; ok {
 		root = alias()
-		root.Use = clierr.Prog
+		root.Use = clierr.Prog + strings.TrimPrefix(root.Use, root.Name()) // its arguments stay
 	}
 	setupRoot(root, stdout, stderr)
 	started := false // set once cobra has parsed and validated everything
@@ -68,11 +70,15 @@ func newRootCmd() *cobra.Command {
   how long received packets wait inside the host stack        (stacktop latency)
 
 and exports both to Prometheus (stacktop serve).`,
+		Example: `  stacktop                 # the live connection table, as stacktop top
+  stacktop latency -r 1    # stack latency histograms every second
+  stacktop serve           # Prometheus metrics on http://127.0.0.1:9877/metrics
+  stacktop doctor          # what this kernel allows, and why anything is refused`,
 	}
 	root.AddCommand(newVersionCmd(), newDoctorCmd())
 	root.AddCommand(newLatencyCmd())
 	root.AddCommand(newTopCmd(), newStreamCmd())
-	root.AddCommand(newServeCmd(), newManCmd())
+	root.AddCommand(newServeCmd(), newManCmd(), newMarkdownCmd())
 	makeTop(root)
 	return root
 }
@@ -86,11 +92,18 @@ func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
 	root.SetVersionTemplate(versionText())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	logLevel := root.PersistentFlags().String("log.level", "warn", "log level: debug, info, warn, error")
+	// --log.* are stacktop's own messages on stderr, spelt as Prometheus
+	// exporters spell them; top's and stream's --log FILE is the
+	// connection log, data, not diagnostics.
+	fs := root.PersistentFlags()
+	logLevel := fs.String("log.level", "warn", "level of stacktop's own messages on stderr: debug, info, warn, error")
 	// The spelling before the Prometheus exporter convention.
-	root.PersistentFlags().StringVar(logLevel, "log-level", "warn", "log level (alias of --log.level)")
-	root.PersistentFlags().MarkHidden("log-level")
-	root.PersistentFlags().String("log.format", "logfmt", "log format: logfmt, json")
+	fs.StringVar(logLevel, "log-level", "warn", "log level (alias of --log.level)")
+	fs.MarkHidden("log-level")
+	fs.String("log.format", "logfmt", "format of stacktop's own messages on stderr: logfmt, json")
+	cliflag.Enum(fs, "log.level", "debug", "info", "warn", "error")
+	cliflag.Enum(fs, "log.format", "logfmt", "json")
+	cliflag.RegisterCompletions(root)
 }
 
 func setupLogging(cmd *cobra.Command, stderr io.Writer) error {

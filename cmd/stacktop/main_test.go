@@ -78,7 +78,7 @@ func TestVersionFlagAndAliasUsage(t *testing.T) {
 			t.Errorf("%s --version: exit %d, %q %q; want %q", prog, code, out, stderr, want)
 		}
 	}
-	for prog, want := range map[string]string{"netstacklat": "Usage:\n  netstacklat [flags]\n", "tcptop": "Usage:\n  tcptop [flags]\n",
+	for prog, want := range map[string]string{"netstacklat": "Usage:\n  netstacklat [flags]\n", "tcptop": "Usage:\n  tcptop [interval] [count] [flags]\n",
 		"stacktop": "Usage:\n  stacktop [flags]\n  stacktop [command]\n"} {
 		code, out, _ := runArgs(prog, "--help")
 		if code != 0 || !strings.Contains(out, want) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/exporter"
@@ -47,7 +49,7 @@ type serveOptions struct {
 	pods                         kube.Options
 	conns                        connfilter.Options // only --process, --port, --tcp and --udp: the probes' -p, -c, -i, -n select connections too
 	udpIdle                      time.Duration
-	interval                     runopts.Seconds
+	interval                     time.Duration
 	duration                     time.Duration
 	perConn                      int
 	maxConn                      int
@@ -73,7 +75,7 @@ a list) runs the others, and --at SPEC (as for stacktop latency)
 adds a probe at a tracepoint or kernel function of your choosing, its
 series labelled hook="SPEC". --sample N records a random 1 in N packets
 (reads, at the socket-read probes): the histograms then count samples, and
-stacktop_latency_sample_every says N. --compat ebpf_exporter exports the histograms as
+stacktop_latency_sample_every says N. --latency.compat ebpf_exporter exports the histograms as
 netstacklat does under ebpf_exporter. /-/healthy and /-/ready (200 once the
 programs are attached) serve health checks.
 
@@ -92,7 +94,8 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
   stacktop serve --web.config.file web.yml        # TLS and/or basic auth
   stacktop serve --latency.probes all             # all seven latency probes
   stacktop serve --latency.probes all --sample 10 # all seven, a tenth of the packets
-  stacktop serve --compat ebpf_exporter -I -C     # netstacklat's ebpf_exporter series, :9435`,
+  stacktop serve --latency.compat ebpf_exporter -I -C # netstacklat's ebpf_exporter series, :9435
+  stacktop serve --tcp -4 --connections.max-series 500 # IPv4 TCP only, at most 500 aggregates`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.printVersion {
@@ -106,33 +109,54 @@ The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 	return cmd
 }
 
+// serveAliases are the spellings serve's own flags had before they joined
+// the dotted namespace of --web.* and --collector.*: still accepted, never
+// shown.
+var serveAliases = map[string]string{
+	"udp-idle":              "connections.udp-idle",
+	"per-connection-series": "connections.per-connection-series",
+	"max-series":            "connections.max-series",
+	"max-connections":       "connections.max-tracked",
+	"bpf-stats":             "bpf.stats",
+	"compat":                "latency.compat",
+}
+
+// register adds serve's flags. Those it shares with other commands keep
+// their names there (--interval, --duration, --backend, the probe and
+// selector flags, --tcp, --udp, -4, -6, --kubernetes-logs, --version);
+// its own are dotted: --web.*, --collector.*, --connections.*, --latency.*,
+// --bpf.*.
 func (o *serveOptions) register(fs *pflag.FlagSet) {
 	o.flags = fs
 	o.web.Register(fs)
 	o.probes.register(fs)
 	o.conns.RegisterMatchers(fs)
-	o.interval = runopts.Seconds(5 * time.Second)
-	fs.DurationVar(&o.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "count a UDP flow closed after this long without datagrams")
-	fs.Var(&o.interval, "interval", "connection snapshot interval, and how often the -i/-c/-n selection is checked for what went (seconds or a duration such as 500ms)")
-	fs.DurationVar(&o.duration, "duration", 0, "stop serving after this long, e.g. 1h (0 = until interrupted)")
-	fs.IntVar(&o.perConn, "per-connection-series", 0,
+	cliflag.DurationVarP(fs, &o.interval, "interval", "", 5*time.Second, runopts.IntervalRange,
+		"connection snapshot interval, and how often the -i/-c/-n selection is checked for what went (seconds or a duration such as 500ms)")
+	cliflag.DurationVarP(fs, &o.duration, "duration", "", 0, runopts.RunRange,
+		"stop serving after this long (seconds or a duration such as 1h; 0 = until interrupted)")
+	registerUDPIdle(fs, &o.udpIdle, "connections.udp-idle", "count a UDP flow closed after this long without datagrams")
+	cliflag.IntVarP(fs, &o.perConn, "connections.per-connection-series", "", 0, 0, math.MaxInt32,
 		"also export per-connection series for this many of the busiest connections (0 = none)")
-	registerMaxConnections(fs, &o.maxConn)
-	fs.BoolVar(&o.bpfStats, "bpf-stats", false,
+	registerMaxTracked(fs, &o.maxConn, "connections.max-tracked")
+	cliflag.IntVarP(fs, &o.maxSeries, "connections.max-series", "", exporter.DefaultMaxSeries, 0, math.MaxInt32,
+		`(comm, cgroup, proto) aggregates with series of their own; the rest are counted in comm="other" (0: no limit)`)
+	fs.BoolVar(&o.bpfStats, "bpf.stats", false,
 		"enable the kernel's BPF run statistics while serving, to export per-program run count and time")
 	fs.StringSliceVar(&o.latencyProbes, "latency.probes", nil,
 		"latency probes to run, comma-separated, or all (default: tcp-socket-read)")
+	cliflag.Enum(fs, "latency.probes", append(hookList(latency.AllHooks), "all")...)
+	fs.StringVar(&o.compat, "latency.compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
+	cliflag.Enum(fs, "latency.compat", compatEbpfExporter)
 	registerToggle(fs, &o.collectLatency, "collector.latency", "the stack-latency histograms (netstacklat)", true)
 	registerToggle(fs, &o.collectConns, "collector.connections", "the per-process connection metrics", true)
 	// Off by default: per-socket histograms cost a hash update per read on
 	// top of the socket-read probes (docs/METRICS.md has the measurement).
 	registerToggle(fs, &o.collectReadWait, "collector.read-wait",
 		"the read wait per process (stacktop_read_wait_seconds; uses the socket-read latency probes)", false)
-	fs.StringVar(&o.compat, "compat", "", "export the latency histograms as another tool does: ebpf_exporter (netstacklat's configuration)")
 	o.pods.Register(fs)
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit, as exporters do (stacktop --version too)")
-	fs.IntVar(&o.maxSeries, "max-series", exporter.DefaultMaxSeries,
-		`(comm, cgroup, proto) aggregates with series of their own; the rest are counted in comm="other" (0: no limit)`)
+	cliflag.Aliases(fs, serveAliases)
 }
 
 // serveDefaultProbes are the latency probes serve runs unless told
@@ -143,12 +167,15 @@ func (o *serveOptions) register(fs *pflag.FlagSet) {
 var serveDefaultProbes = latency.HookSet(0).With(latency.TCPSocketRead)
 
 // registerToggle adds --name (default on or off) and --no-name, as
-// Prometheus exporters spell collector switches.
+// Prometheus exporters spell collector switches. --no-name is an action,
+// not a state: its help shows no default (it read "(default true)" for a
+// collector that is off).
 func registerToggle(fs *pflag.FlagSet, v *bool, name, what string, on bool) {
 	*v = on
 	fs.BoolVar(v, name, on, "export "+what)
 	fs.Var(negated{v}, "no-"+name, "do not export "+what)
-	fs.Lookup("no-" + name).NoOptDefVal = "true"
+	no := fs.Lookup("no-" + name)
+	no.NoOptDefVal, no.DefValue = "true", "false"
 }
 
 // negated is a boolean flag that sets its target to the opposite.
@@ -178,24 +205,8 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if err := o.web.Validate(); err != nil {
 		return c, err
 	}
-	switch {
-	case o.interval <= 0:
-		return c, clierr.Usage("interval", o.interval.String(), "must be positive")
-	case o.duration < 0:
-		return c, clierr.Usage("duration", o.duration.String(), "must not be negative")
-	case o.perConn < 0:
-		return c, clierr.Usage("per-connection-series", strconv.Itoa(o.perConn), "must not be negative")
-	case o.udpIdle <= 0:
-		return c, clierr.Usage("udp-idle", o.udpIdle.String(), "must be positive")
-	}
-	if err := checkMaxConnections(o.maxConn); err != nil {
-		return c, err
-	}
-	if o.maxSeries < 0 {
-		return c, clierr.Usage("max-series", strconv.Itoa(o.maxSeries), "must not be negative (0: no limit)")
-	}
 	if o.compat != "" && o.compat != compatEbpfExporter {
-		return c, clierr.Usage("compat", o.compat, "the only compatibility mode is %s", compatEbpfExporter)
+		return c, clierr.Usage("latency.compat", o.compat, "the only compatibility mode is %s", compatEbpfExporter)
 	}
 	if !o.collectLatency && !o.collectConns {
 		return c, clierr.Usage("no-collector.connections", "true", "with --no-collector.latency too leaves nothing to export")
@@ -241,17 +252,17 @@ func (o *serveOptions) readWaitConfig(c *latency.Config) error {
 	case !c.Hooks.Has(latency.TCPSocketRead) && !c.Hooks.Has(latency.UDPSocketRead):
 		return clierr.Usage("collector.read-wait", "true", "needs tcp-socket-read or udp-socket-read among the latency probes")
 	case c.SampleEvery > 1:
-		return clierr.Usage("collector.read-wait", "true", "cannot be combined with --sample %q: read wait adds up every read", o.probes.sample)
+		return clierr.Usage("collector.read-wait", "true", "cannot be combined with --sample %d: read wait adds up every read", o.probes.sample)
 	}
 	c.ReadWait, c.MaxSockets = true, uint32(o.maxConn)
 	return nil
 }
 
-// compatEbpfExporter is the --compat value that exports the latency
+// compatEbpfExporter is the --latency.compat value that exports the latency
 // histograms as netstacklat's ebpf_exporter configuration does.
 const compatEbpfExporter = "ebpf_exporter"
 
-// compatAddress is where --compat ebpf_exporter listens by default:
+// compatAddress is where --latency.compat ebpf_exporter listens by default:
 // ebpf_exporter's port, on loopback as serve's own default.
 const compatAddress = "127.0.0.1:9435"
 
@@ -266,7 +277,7 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 	case !o.collectLatency && (o.latencyProbes != nil || explicit):
 		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with a choice of latency probes")
 	case !o.collectLatency && o.flags.Changed("sample"):
-		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --sample %q", o.probes.sample)
+		return 0, clierr.Usage("no-collector.latency", "true", "cannot be combined with --sample %d", o.probes.sample)
 	case o.latencyProbes != nil && explicit:
 		return 0, clierr.Usage("latency.probes", list, "cannot be combined with -e/--enable-probes or -d/--disable-probes")
 	case explicit:
@@ -341,7 +352,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.bpfStats {
 		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 		if err != nil {
-			return fmt.Errorf("--bpf-stats: enable BPF run statistics: %w", err)
+			return fmt.Errorf("--bpf.stats: enable BPF run statistics: %w", err)
 		}
 		defer stats.Close()
 		cfg.BPFStatsEnabled = func() bool { return true }
@@ -376,12 +387,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 			cfg.Connections.ExportReadWait()
 		}
 		polling.Go(func() {
-			cfg.Connections.Poll(pollCtx, tracker, time.Duration(o.interval))
+			cfg.Connections.Poll(pollCtx, tracker, o.interval)
 		})
 	}
 	reg.MustRegister(exporter.New(cfg))
 	gone := make(chan error, 1)
-	polling.Go(func() { gone <- watchSelection(pollCtx, c.selection, time.Duration(o.interval)) })
+	polling.Go(func() { gone <- watchSelection(pollCtx, c.selection, o.interval) })
 	srv.SetReady()
 	var goneErr error
 	select {

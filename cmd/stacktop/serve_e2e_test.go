@@ -179,12 +179,12 @@ func TestServeProbeSetAndCollectors(t *testing.T) {
 }
 
 // Thousands of distinct process names (one thread renaming itself before
-// each connection, as any local user can) give at most --max-series
+// each connection, as any local user can) give at most --connections.max-series
 // aggregates their own series; the rest are counted in comm="other" and in
 // stacktop_folded_aggregates.
 func TestServeMaxSeriesWithThousandsOfProcessNames(t *testing.T) {
 	const names, limit, payload = 3000, 50, 10
-	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--max-series", strconv.Itoa(limit))
+	url := startServe(t, "--no-collector.latency", "--tcp", "--interval", "200ms", "--connections.max-series", strconv.Itoa(limit))
 	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	errs := make(chan error, 1)
 	go func() { errs <- testenv.DialNamed(l.Addr().String(), "stm-", names, payload) }()

@@ -33,14 +33,17 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
 		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
 		{[]string{"--interval", "0"}, `invalid argument "0" for "--interval" flag: must be from 0.01 to 86400 seconds`},
-		{[]string{"--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
+		{[]string{"--connections.max-tracked", "0"}, `invalid argument "0" for "--connections.max-tracked" flag: must be a whole number from 1 to 4194304`},
+		{[]string{"--max-connections", "0"}, `invalid argument "0" for "--connections.max-tracked" flag`}, // the old spelling
 		{[]string{"--interval", "soon"}, `invalid argument "soon" for "--interval"`},
-		{[]string{"--per-connection-series", "-1"}, `invalid --per-connection-series "-1"`},
+		{[]string{"--per-connection-series", "-1"}, `invalid argument "-1" for "--connections.per-connection-series" flag: must be a whole number from 0`},
 		{[]string{"-p", "12,x"}, `invalid --pid "x"`},
 		{[]string{"-e", "tcp-socket-wait"}, `invalid --enable-probes "tcp-socket-wait"`},
 		{[]string{"--port", "70000"}, `invalid --port "70000"`},
 		{[]string{"--process", "("}, `invalid --process "("`},
-		{[]string{"--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
+		{[]string{"--udp-idle", "0s"}, `invalid argument "0s" for "--connections.udp-idle" flag: must be from 0.001 to 86400 seconds`},
+		{[]string{"--connections.udp-idle", "soon"}, `invalid argument "soon" for "--connections.udp-idle" flag: not a number of seconds`},
+		{[]string{"--duration", "-1"}, `invalid argument "-1" for "--duration" flag: must be 0 (until interrupted) or from 0.001`},
 		{[]string{"--latency.probes", "tcp-socket-wait"}, `invalid --latency.probes "tcp-socket-wait": unknown probe`},
 		{[]string{"--latency.probes", "ip-start", "-e", "tcp-start"}, `invalid --latency.probes "ip-start": cannot be combined with -e`},
 		{[]string{"--latency.probes", ","}, `invalid --latency.probes`},
@@ -50,11 +53,14 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--collector.read-wait=maybe"}, `invalid argument "maybe" for "--collector.read-wait"`},
 		{[]string{"--collector.read-wait", "--no-collector.connections"}, `invalid --collector.read-wait "true": needs the connections collector`},
 		{[]string{"--collector.read-wait", "--latency.probes", "ip-start"}, `invalid --collector.read-wait "true": needs tcp-socket-read or udp-socket-read among the latency probes`},
-		{[]string{"--sample", "0"}, `invalid --sample "0": must be a whole number from 1 (every packet) to 1000000`},
-		{[]string{"--collector.read-wait", "--sample", "4"}, `invalid --collector.read-wait "true": cannot be combined with --sample "4": read wait adds up every read`},
-		{[]string{"--no-collector.latency", "--sample", "4"}, `invalid --no-collector.latency "true": cannot be combined with --sample "4"`},
-		{[]string{"--compat", "prometheus"}, `invalid --compat "prometheus": the only compatibility mode is ebpf_exporter`},
-		{[]string{"--max-series", "-1"}, `invalid --max-series "-1"`},
+		{[]string{"--sample", "0"}, `invalid argument "0" for "--sample" flag: must be a whole number from 1 to 1000000`},
+		{[]string{"--collector.read-wait", "--sample", "4"}, `invalid --collector.read-wait "true": cannot be combined with --sample 4: read wait adds up every read`},
+		{[]string{"--no-collector.latency", "--sample", "4"}, `invalid --no-collector.latency "true": cannot be combined with --sample 4`},
+		{[]string{"--latency.compat", "prometheus"}, `invalid --latency.compat "prometheus": the only compatibility mode is ebpf_exporter`},
+		{[]string{"--compat", "prometheus"}, `invalid --latency.compat "prometheus"`},
+		{[]string{"--connections.max-series", "-1"}, `invalid argument "-1" for "--connections.max-series" flag`},
+		{[]string{"--max-series", "x"}, `invalid argument "x" for "--connections.max-series" flag`},
+		{[]string{"-4", "-6"}, `invalid --ipv6 "true": cannot be combined with -4/--ipv4`},
 		{[]string{"--kubernetes-logs", brokenConfig}, `invalid --kubernetes-logs "` + brokenConfig + `": not a directory`}, // an absent one names nothing
 		{[]string{"--web.max-connections", "0"}, `invalid --web.max-connections "0": must be between 1 and 65536`},
 		{[]string{"--at", "kprobe:ip_rcv"}, `invalid --at "kprobe:ip_rcv": must be tracepoint:CATEGORY:NAME or fentry:FUNCTION`},
@@ -136,7 +142,7 @@ func TestServeConnectionSelection(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// --compat ebpf_exporter listens on ebpf_exporter's port (on loopback, as
+// --latency.compat ebpf_exporter (--compat before) listens on ebpf_exporter's port (on loopback, as
 // serve's own default) unless --web.listen-address says otherwise.
 func TestServeCompatDefaultAddress(t *testing.T) {
 	for _, c := range []struct {
@@ -145,7 +151,7 @@ func TestServeCompatDefaultAddress(t *testing.T) {
 	}{
 		{nil, "127.0.0.1:9877"},
 		{[]string{"--compat", "ebpf_exporter"}, "127.0.0.1:9435"},
-		{[]string{"--compat", "ebpf_exporter", "--web.listen-address", ":9435"}, ":9435"},
+		{[]string{"--latency.compat", "ebpf_exporter", "--web.listen-address", ":9435"}, ":9435"},
 	} {
 		var o serveOptions
 		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)

@@ -16,13 +16,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/latency"
 )
 
 // slowFlags are --slow and --slow-limit.
 type slowFlags struct {
-	threshold string
-	limit     string
+	threshold time.Duration
+	limit     int
 	fs        *pflag.FlagSet
 }
 
@@ -32,30 +33,19 @@ const maxSlowLimit = 1_000_000
 
 func (f *slowFlags) register(fs *pflag.FlagSet) {
 	f.fs = fs
-	fs.StringVar(&f.threshold, "slow", "", "also print every packet whose latency at an enabled probe exceeds this duration (e.g. 50ms), with its connection and reader")
-	fs.StringVar(&f.limit, "slow-limit", "1000", "at most this many --slow events per second (0: no limit); the others are counted")
+	cliflag.DurationVarP(fs, &f.threshold, "slow", "", 0, slowRange, "also print every packet whose latency at an enabled probe exceeds this duration (e.g. 50ms; bare numbers are seconds), with its connection and reader")
+	cliflag.IntVarP(fs, &f.limit, "slow-limit", "", 1000, 0, maxSlowLimit, "at most this many --slow events per second (0: no limit); the others are counted")
 }
+
+// slowRange bounds --slow: a packet a day late is not slow, it is lost.
+var slowRange = cliflag.Range{Min: time.Nanosecond, Max: 24 * time.Hour}
 
 // config validates the flags into cfg; errors name the flag and value.
 func (f *slowFlags) config(cfg *latency.Config) error {
-	if f.threshold == "" {
-		if f.fs.Changed("slow-limit") {
-			return clierr.Usage("slow-limit", f.limit, "needs --slow")
-		}
-		if f.fs.Changed("slow") {
-			return clierr.Usage("slow", "", "must be a duration such as 50ms")
-		}
-		return nil
+	if f.threshold == 0 && f.fs.Changed("slow-limit") {
+		return clierr.Usage("slow-limit", strconv.Itoa(f.limit), "needs --slow")
 	}
-	d, err := time.ParseDuration(f.threshold)
-	if err != nil || d <= 0 || d > 24*time.Hour {
-		return clierr.Usage("slow", f.threshold, "must be a duration from 1ns to 24h, such as 50ms")
-	}
-	n, err := strconv.ParseUint(f.limit, 10, 32)
-	if err != nil || n > maxSlowLimit {
-		return clierr.Usage("slow-limit", f.limit, "must be a number of events per second from 0 (no limit) to %d", maxSlowLimit)
-	}
-	cfg.Slow, cfg.SlowLimit = d, uint32(n)
+	cfg.Slow, cfg.SlowLimit = f.threshold, uint32(f.limit)
 	return nil
 }
 

@@ -9,13 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/connfilter"
 	"github.com/stacktop/stacktop/internal/conntrack"
@@ -41,32 +40,48 @@ type connFlags struct {
 	// read wait (off by default: two program runs per TCP read on the
 	// tracepoint backend).
 	readWait bool
+	// noSummary leaves out the text footer of each refresh unless it
+	// reports a loss (top's -S, as bcc's tcptop).
+	noSummary bool
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
 	f.run.Register(fs, "r", time.Second, output.Formats...)
 	f.filter.Register(fs)
-	fs.StringVar(&f.log, "log", "", "also append CSV rows to this file (created with a header if absent)")
-	fs.DurationVar(&f.udpIdle, "udp-idle", conntrack.DefaultUDPIdle, "report a UDP flow closed after this long without datagrams")
-	fs.StringVar(&f.backend, "backend", string(features.Auto), "UDP accounting: auto, fentry (programs that run for UDP only) or tracepoint (cgroup_skb programs on every packet); the TCP hooks have one implementation")
-	registerMaxConnections(fs, &f.maxConn)
+	fs.StringVar(&f.log, "log", "", "also append every refresh to `FILE` as CSV rows, a connection log that survives restarts (created with a header if absent; --log.level is about stacktop's own messages)")
+	registerUDPIdle(fs, &f.udpIdle, "udp-idle", "report a UDP flow closed after this long without datagrams")
+	registerBackend(fs, &f.backend, "UDP accounting: auto, fentry (programs that run for UDP only) or tracepoint (cgroup_skb programs on every packet); the TCP hooks have one implementation")
+	registerMaxTracked(fs, &f.maxConn, "max-tracked")
+	cliflag.Aliases(fs, map[string]string{"max-connections": "max-tracked"})
 	f.pods.Register(fs)
 	fs.BoolVar(&f.readWait, "read-wait", false,
 		"also measure how long each connection's received data waited until its application read it (read_wait_* fields; runs the socket-read latency probes)")
 }
 
-// registerMaxConnections adds --max-connections, shared by top, stream and serve.
-func registerMaxConnections(fs *pflag.FlagSet, n *int) {
-	fs.IntVar(n, "max-connections", conntrack.DefaultMaxConnections,
+// registerMaxTracked adds the size of the connection tables, shared by top,
+// stream (--max-tracked) and serve (--connections.max-tracked). Its old
+// name, --max-connections, stays an alias only: beside serve's
+// --web.max-connections (HTTP connections) it meant two things.
+func registerMaxTracked(fs *pflag.FlagSet, n *int, name string) {
+	cliflag.IntVarP(fs, n, name, "", conntrack.DefaultMaxConnections, conntrack.MinMaxConnections, conntrack.MaxMaxConnections,
 		"size of the kernel's TCP socket table and of its UDP flow table (each), and the most closed connections held between two refreshes; sockets beyond it are counted as map full, closes beyond it as lost")
 }
 
-// checkMaxConnections validates --max-connections (exit 2 naming the value).
-func checkMaxConnections(n int) error {
-	if err := conntrack.ValidMaxConnections(n); err != nil {
-		return clierr.Usage("max-connections", strconv.Itoa(n), "%v", err)
-	}
-	return nil
+// udpIdleRange bounds --udp-idle: a flow idle for a day is gone.
+var udpIdleRange = cliflag.Range{Min: time.Millisecond, Max: 24 * time.Hour}
+
+// registerUDPIdle adds the idle time after which a UDP flow counts as closed.
+func registerUDPIdle(fs *pflag.FlagSet, d *time.Duration, name, usage string) {
+	cliflag.DurationVarP(fs, d, name, "", conntrack.DefaultUDPIdle, udpIdleRange, usage+" (seconds or a duration such as 30s)")
+}
+
+// backendNames are the values of --backend.
+var backendNames = []string{string(features.Auto), string(features.FentryBE), string(features.Tracepoint)}
+
+// registerBackend adds --backend (validated by features.ParseBackend).
+func registerBackend(fs *pflag.FlagSet, b *string, usage string) {
+	fs.StringVar(b, "backend", string(features.Auto), usage)
+	cliflag.Enum(fs, "backend", backendNames...)
 }
 
 // connNeeds is what connection tracking needs beyond loading its programs.
@@ -75,12 +90,6 @@ var connNeeds = privilege.Need{Cap: privilege.NetAdmin, Why: "to attach the cgro
 // config validates every flag (exit 2 naming the flag and value).
 func (f *connFlags) config() (conntrack.Config, error) {
 	if err := f.run.Validate(); err != nil {
-		return conntrack.Config{}, err
-	}
-	if f.udpIdle <= 0 {
-		return conntrack.Config{}, clierr.Usage("udp-idle", f.udpIdle.String(), "must be positive")
-	}
-	if err := checkMaxConnections(f.maxConn); err != nil {
 		return conntrack.Config{}, err
 	}
 	backend, err := features.ParseBackend(f.backend)
@@ -113,6 +122,9 @@ addresses, owner, state, bytes and packets in/out, rates, smoothed RTT and
 retransmits. New connections are marked [NEW], closed ones appear once with
 their final totals [CLOSED], and connections that existed before start-up
 [PARTIAL]. Every refresh ends with the loss counters.`,
+		Example: `  stacktop stream --tcp --count 3              # three refreshes of the TCP connections
+  stacktop stream --format json -p 1234         # one process's connections as JSON lines
+  stacktop stream -6 --port 443 --log conns.csv # IPv6 connections to or from port 443, also into a CSV file`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.stream(cmd.Context(), cmd.OutOrStdout())
@@ -125,7 +137,7 @@ their final totals [CLOSED], and connections that existed before start-up
 // stream runs the tracker and writes a snapshot every refresh.
 func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
-		writers := append([]output.Writer{output.New(f.run.Format, stdout)}, logs...)
+		writers := append([]output.Writer{output.New(f.run.Format, stdout, !f.noSummary)}, logs...)
 		var records []conn.Record // written, then lent back for the next refresh
 		return f.run.Loop(ctx, func(bool) error {
 			snap, err := t.SnapshotInto(records)

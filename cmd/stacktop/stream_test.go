@@ -50,8 +50,10 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"stream", "--cgroup", "/stc-no-such-cgroup"}, `invalid --cgroup "/stc-no-such-cgroup"`},
 		{[]string{"stream", "--interval", "-1"}, `invalid argument "-1" for "-r, --interval" flag: must be from 0.01 to 86400 seconds`},
 		{[]string{"top", "--interval", "1e300"}, `invalid argument "1e300" for "-r, --interval" flag: must be from 0.01 to 86400 seconds`},
-		{[]string{"stream", "--count", "-2"}, `invalid --count "-2"`},
-		{[]string{"stream", "--udp-idle", "0s"}, `invalid --udp-idle "0s"`},
+		{[]string{"stream", "--count", "-2"}, `invalid argument "-2" for "--count" flag: must be a whole number from 0`},
+		{[]string{"stream", "--udp-idle", "0s"}, `invalid argument "0s" for "--udp-idle" flag: must be from 0.001 to 86400 seconds`},
+		{[]string{"stream", "--duration", "soon"}, `invalid argument "soon" for "--duration" flag: not a number of seconds or a duration`},
+		{[]string{"stream", "-4", "-6"}, `invalid --ipv6 "true": cannot be combined with -4/--ipv4`},
 		{[]string{"stream", "--netns", "stc-no-such-netns"}, `invalid --netns "stc-no-such-netns"`},
 		{[]string{"stream", "--interface", "stcnone0"}, `invalid --interface "stcnone0"`},
 		{[]string{"stream", "--format", "xml"}, `invalid --format "xml"`},
@@ -62,12 +64,12 @@ func TestStreamUsageErrors(t *testing.T) {
 		{[]string{"stream", "--netns", "/proc/self/ns/mnt"}, `invalid --netns "/proc/self/ns/mnt": a namespace, but not a network namespace`},
 		{[]string{"stream", "--netns", "12345"}, `invalid --netns "12345": no network namespace with this inode is alive`},
 		{[]string{"stream", "-n", "-2"}, `invalid --netns "-2"`},
-		{[]string{"stream", "--max-connections", "0"}, `invalid --max-connections "0": must be between 1 and 4194304`},
-		{[]string{"stream", "--max-connections", "-1"}, `invalid --max-connections "-1"`},
-		{[]string{"stream", "--max-connections", "lots"}, `invalid argument "lots" for "--max-connections"`},
-		{[]string{"stream", "--max-connections", "4194305"}, `invalid --max-connections "4194305"`},
-		{[]string{"top", "--max-connections", "99999999999"}, `invalid --max-connections "99999999999"`},
-		{[]string{"top", "--max-connections", "1e99"}, `invalid argument "1e99" for "--max-connections"`},
+		{[]string{"stream", "--max-tracked", "0"}, `invalid argument "0" for "--max-tracked" flag: must be a whole number from 1 to 4194304`},
+		{[]string{"stream", "--max-tracked", "-1"}, `invalid argument "-1" for "--max-tracked" flag`},
+		{[]string{"stream", "--max-connections", "lots"}, `invalid argument "lots" for "--max-tracked" flag`}, // the old spelling
+		{[]string{"stream", "--max-connections", "4194305"}, `invalid argument "4194305" for "--max-tracked" flag`},
+		{[]string{"top", "--max-tracked", "99999999999"}, `invalid argument "99999999999" for "--max-tracked" flag`},
+		{[]string{"top", "--max-tracked", "1e99"}, `invalid argument "1e99" for "--max-tracked" flag`},
 		{[]string{"stream", "--log", otherLog}, `invalid --log "` + otherLog + `"`},
 		{[]string{"stream", "--log", fifo}, `invalid --log "` + fifo + `": not a regular file (it is a FIFO)`},
 		{[]string{"top", "--port", "65536"}, `invalid --port "65536"`},
@@ -351,7 +353,7 @@ func TestStreamLogAppends(t *testing.T) {
 	checkCSVRows(t, rows[1:], 2)
 }
 
-// TestStreamMapFull: --max-connections 16 with 64 connections opened during
+// TestStreamMapFull: --max-tracked 16 with 64 connections opened during
 // the run (128 sockets on this host) shows the overflow in the JSON summary
 // and the text footer; the default capacity shows none for the same traffic.
 func TestStreamMapFull(t *testing.T) {
@@ -405,7 +407,7 @@ func TestStreamMapFull(t *testing.T) {
 	}
 
 	t.Run("json-tiny", func(t *testing.T) {
-		out := streamRunWith(t, open, append(common, "--format", "json", "--max-connections", "16")...)
+		out := streamRunWith(t, open, append(common, "--format", "json", "--max-tracked", "16")...)
 		last, _ := summaries(t, out)
 		if last.MapFull < atLeast {
 			t.Errorf("last summary map_full %d, want at least %d:\n%s", last.MapFull, atLeast, out)
@@ -413,6 +415,7 @@ func TestStreamMapFull(t *testing.T) {
 	})
 
 	t.Run("text-tiny", func(t *testing.T) {
+		// The old spelling of --max-tracked still works.
 		out := streamRunWith(t, open, append(common, "--max-connections", "16")...)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		footer := lines[len(lines)-1]

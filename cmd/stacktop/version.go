@@ -46,9 +46,10 @@ func versionText() string {
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print version, commit, Go and kernel version",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print version, commit, Go and kernel version",
+		Example: "  stacktop version  # for a bug report: what was built, and the kernel it runs on",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "%skernel %s\n", versionText(), features.Detect().Kernel)
 			return nil

@@ -28,6 +28,8 @@ type Options struct {
 	Process   string
 	Ports     []string
 	TCP, UDP  bool
+	// IPv4, IPv6 select an address family (-4, -6, as bcc's tcptop).
+	IPv4, IPv6 bool
 }
 
 // Help says what the selector flags select for connections.
@@ -52,6 +54,8 @@ func (o *Options) RegisterMatchers(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Ports, "port", nil, "only connections with one of these local or remote ports (comma-separated or repeated)")
 	fs.BoolVar(&o.TCP, "tcp", false, "only TCP connections")
 	fs.BoolVar(&o.UDP, "udp", false, "only UDP flows")
+	fs.BoolVarP(&o.IPv4, "ipv4", "4", false, "only IPv4 connections (a dual-stack socket's IPv4-mapped addresses included)")
+	fs.BoolVarP(&o.IPv6, "ipv6", "6", false, "only IPv6 connections (not IPv4-mapped)")
 }
 
 // Filter selects records. The zero value (and nil) selects everything.
@@ -61,6 +65,8 @@ type Filter struct {
 	process  *regexp.Regexp
 	ports    []uint16
 	tcp, udp bool
+	only4    bool // -4
+	only6    bool // -6
 	cgroups  []string
 	netns    uint32
 	netnsSet bool
@@ -86,7 +92,10 @@ func (o *Options) Compile() (*Filter, error) {
 // probes). A namespace selection left at its default selects connections in
 // every namespace: they are host-wide unless -n is given.
 func (o *Options) CompileWith(sel selector.Selection) (*Filter, error) {
-	f := &Filter{tcp: o.TCP || !o.UDP, udp: o.UDP || !o.TCP, pids: sel.PIDs}
+	if o.IPv4 && o.IPv6 {
+		return nil, clierr.Usage("ipv6", "true", "cannot be combined with -4/--ipv4 (leave both out for both families)")
+	}
+	f := &Filter{tcp: o.TCP || !o.UDP, udp: o.UDP || !o.TCP, only4: o.IPv4, only6: o.IPv6, pids: sel.PIDs}
 	if o.Process != "" {
 		re, err := regexp.Compile(o.Process)
 		if err != nil {
@@ -132,6 +141,8 @@ func (f *Filter) Match(r *conn.Record) bool {
 	case f == nil:
 		return true
 	case r.Proto == "tcp" && !f.tcp, r.Proto == "udp" && !f.udp:
+		return false
+	case f.only4 && !r.LocalAddr.Unmap().Is4(), f.only6 && r.LocalAddr.Unmap().Is4():
 		return false
 	case len(f.pids) > 0 && !slices.Contains(f.pids, r.PID):
 		return false

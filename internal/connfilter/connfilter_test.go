@@ -25,6 +25,7 @@ func TestCompileRejectsBadValuesNamingThem(t *testing.T) {
 		{[]string{"--cgroup", "/stc-does-not-exist"}, `invalid --cgroup "/stc-does-not-exist"`},
 		{[]string{"--netns", "stc-does-not-exist"}, `invalid --netns "stc-does-not-exist"`},
 		{[]string{"--interface", "stc-nope0"}, `invalid --interface "stc-nope0"`},
+		{[]string{"-4", "-6"}, `invalid --ipv6 "true": cannot be combined with -4/--ipv4`},
 	} {
 		var o Options
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
@@ -59,6 +60,8 @@ func TestMatch(t *testing.T) {
 		{"cgroup is not a name prefix", &Filter{tcp: true, udp: true, cgroups: []string{"/system.slice/nginx"}}, false, false},
 		{"netns", &Filter{tcp: true, udp: true, netns: 7, netnsSet: true}, true, false},
 		{"loopback interface", &Filter{tcp: true, udp: true, ifaces: []ifaceAddrs{{loopback: true}}}, true, false},
+		{"-4 (a mapped address is IPv4)", &Filter{tcp: true, udp: true, only4: true}, true, true},
+		{"-6", &Filter{tcp: true, udp: true, only6: true}, false, false},
 		{"mapped address", &Filter{tcp: true, udp: true, ifaces: []ifaceAddrs{{addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}}}, false, true},
 	} {
 		if got := c.f.Match(&web); got != c.web {

@@ -30,7 +30,7 @@ import (
 // reported closed.
 const DefaultUDPIdle = 5 * time.Second
 
-// Capacity of the kernel tables (--max-connections). The default holds
+// Capacity of the kernel tables (--max-tracked, serve's --connections.max-tracked). The default holds
 // 131,072 connections with both ends on this host (a loopback connection is
 // two sockets); docs/CONNECTIONS.md lists the memory each size locks.
 // MaxMaxConnections bounds what a typo can ask the kernel to reserve.

@@ -83,7 +83,7 @@ func NewConnections(perConnectionLimit int) *Connections {
 }
 
 // DefaultMaxSeries is how many (comm, cgroup, proto) aggregates get series
-// of their own unless --max-series says otherwise: far more than the
+// of their own unless --connections.max-series says otherwise: far more than the
 // programs and containers of one host, far fewer than a local user can make
 // up by renaming processes.
 const DefaultMaxSeries = 1000
@@ -331,17 +331,17 @@ var (
 	lostDesc = prometheus.NewDesc("stacktop_lost_events_total",
 		"Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.", []string{"source"}, nil)
 	foldedDesc = prometheus.NewDesc("stacktop_folded_aggregates",
-		`Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.`, nil, nil)
+		`Distinct (comm, cgroup, proto) aggregates beyond --connections.max-series, counted in the comm="other", cgroup="other" series instead of their own.`, nil, nil)
 	mapFullDesc = prometheus.NewDesc("stacktop_map_full_total",
 		"Kernel-side updates dropped because a BPF map was full.", []string{"source"}, nil)
 
 	perConnLabels = append([]string{"proto", "local_addr", "local_port", "remote_addr", "remote_port", "pid", "comm", "cgroup"}, podLabels...)
 	connRecvDesc  = prometheus.NewDesc("stacktop_connection_received_bytes_total",
-		"Bytes received on one connection (only with --per-connection-series).", perConnLabels, nil)
+		"Bytes received on one connection (only with --connections.per-connection-series).", perConnLabels, nil)
 	connSentDesc = prometheus.NewDesc("stacktop_connection_sent_bytes_total",
-		"Bytes sent on one connection (only with --per-connection-series).", perConnLabels, nil)
+		"Bytes sent on one connection (only with --connections.per-connection-series).", perConnLabels, nil)
 	connRTTDesc = prometheus.NewDesc("stacktop_connection_rtt_seconds",
-		"Smoothed RTT of one TCP connection (only with --per-connection-series).", perConnLabels, nil)
+		"Smoothed RTT of one TCP connection (only with --connections.per-connection-series).", perConnLabels, nil)
 	connOmittedDesc = prometheus.NewDesc("stacktop_connections_not_exported",
 		"Live connections left out of the per-connection series by the limit.", nil, nil)
 )

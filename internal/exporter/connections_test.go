@@ -329,7 +329,7 @@ func TestPerConnectionSeriesAreLimited(t *testing.T) {
 	c.Add(snap(0, tcp(1000, conn.New, 10, 0), tcp(1001, conn.New, 3000, 0), tcp(1002, conn.New, 200, 0),
 		tcp(1003, conn.Closed, 99999, 0)))
 	compare(t, connExporter(c), `
-# HELP stacktop_connection_received_bytes_total Bytes received on one connection (only with --per-connection-series).
+# HELP stacktop_connection_received_bytes_total Bytes received on one connection (only with --connections.per-connection-series).
 # TYPE stacktop_connection_received_bytes_total counter
 stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",container="",local_addr="198.18.100.1",local_port="1001",namespace="",pid="42",pod="",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 3000
 stacktop_connection_received_bytes_total{cgroup="/user.slice",comm="curl",container="",local_addr="198.18.100.1",local_port="1002",namespace="",pid="42",pod="",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 200

@@ -13,7 +13,7 @@ import (
 )
 
 // Thousands of distinct process names (a local user renaming threads) give
-// at most --max-series aggregates series of their own; the rest are counted,
+// at most --connections.max-series aggregates series of their own; the rest are counted,
 // byte for byte, in the "other" series, and how many in
 // stacktop_folded_aggregates. When aggregates expire, new names get their
 // places.
@@ -33,7 +33,7 @@ func TestMaxSeriesFoldsTheRestIntoOther(t *testing.T) {
 		t.Errorf("%d received-bytes series, want %d own and 1 other", n, limit)
 	}
 	compare(t, e, fmt.Sprintf(`
-# HELP stacktop_folded_aggregates Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.
+# HELP stacktop_folded_aggregates Distinct (comm, cgroup, proto) aggregates beyond --connections.max-series, counted in the comm="other", cgroup="other" series instead of their own.
 # TYPE stacktop_folded_aggregates gauge
 stacktop_folded_aggregates %d
 `, names-limit), "stacktop_folded_aggregates")
@@ -55,7 +55,7 @@ stacktop_folded_aggregates %d
 		t.Errorf("newcomer after expiry received %v bytes in its own series, want 5", got)
 	}
 	compare(t, e, `
-# HELP stacktop_folded_aggregates Distinct (comm, cgroup, proto) aggregates beyond --max-series, counted in the comm="other", cgroup="other" series instead of their own.
+# HELP stacktop_folded_aggregates Distinct (comm, cgroup, proto) aggregates beyond --connections.max-series, counted in the comm="other", cgroup="other" series instead of their own.
 # TYPE stacktop_folded_aggregates gauge
 stacktop_folded_aggregates 0
 `, "stacktop_folded_aggregates")

@@ -35,7 +35,7 @@ stacktop_tcp_retransmits_total{cgroup="/kubepods/pod1/b",comm="curl",container="
 `, "stacktop_received_bytes_total", "stacktop_tcp_retransmits_total")
 	c.Add(snap(2*time.Second, nginx))
 	compare(t, e, `
-# HELP stacktop_connection_received_bytes_total Bytes received on one connection (only with --per-connection-series).
+# HELP stacktop_connection_received_bytes_total Bytes received on one connection (only with --connections.per-connection-series).
 # TYPE stacktop_connection_received_bytes_total counter
 stacktop_connection_received_bytes_total{cgroup="/kubepods/pod1/a",comm="curl",container="nginx",local_addr="198.18.100.1",local_port="1000",namespace="shop",pid="42",pod="web-0",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 100
 `, "stacktop_connection_received_bytes_total")

@@ -17,7 +17,7 @@ import (
 
 var (
 	statsEnabledDesc = prometheus.NewDesc("stacktop_bpf_stats_enabled",
-		"1 while the kernel collects BPF run statistics (sysctl kernel.bpf_stats_enabled or --bpf-stats), else 0.",
+		"1 while the kernel collects BPF run statistics (sysctl kernel.bpf_stats_enabled or --bpf.stats), else 0.",
 		nil, nil)
 	programRunsDesc = prometheus.NewDesc("stacktop_bpf_program_runs_total",
 		"Times each BPF program ran (only while BPF statistics are enabled).", []string{"program"}, nil)

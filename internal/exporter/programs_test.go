@@ -59,7 +59,7 @@ func TestProgramRunStatistics(t *testing.T) {
 # HELP stacktop_bpf_program_runs_total Times each BPF program ran (only while BPF statistics are enabled).
 # TYPE stacktop_bpf_program_runs_total counter
 stacktop_bpf_program_runs_total{program="stacktop_test"} %d
-# HELP stacktop_bpf_stats_enabled 1 while the kernel collects BPF run statistics (sysctl kernel.bpf_stats_enabled or --bpf-stats), else 0.
+# HELP stacktop_bpf_stats_enabled 1 while the kernel collects BPF run statistics (sysctl kernel.bpf_stats_enabled or --bpf.stats), else 0.
 # TYPE stacktop_bpf_stats_enabled gauge
 stacktop_bpf_stats_enabled 1
 `, runs), "stacktop_bpf_program_runs_total", "stacktop_bpf_stats_enabled")

@@ -69,7 +69,7 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := New("json", nil).(*JSON)
+	w := New("json", nil, true).(*JSON)
 	for refresh := range 2 { // the second refresh reuses the buffer and the formatted time
 		var got bytes.Buffer
 		w.w = &got
@@ -93,7 +93,7 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 func TestJSONRefusesNonFiniteRates(t *testing.T) {
 	s := snapshot()
 	s.Records[1].RateOut = math.Inf(1)
-	if err := New("json", io.Discard).Write(s); err == nil {
+	if err := New("json", io.Discard, true).Write(s); err == nil {
 		t.Error("an infinite rate was written")
 	}
 }
@@ -107,7 +107,7 @@ func BenchmarkJSON(b *testing.B) {
 		r.LocalPort, r.Cgroup, r.RateIn = uint16(i), "/user.slice", float64(i)*1.5
 		s.Records[i] = r
 	}
-	w := New("json", io.Discard)
+	w := New("json", io.Discard, true)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := w.Write(s); err != nil {

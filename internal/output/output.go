@@ -22,20 +22,26 @@ type Writer interface {
 var Formats = []string{"text", "json", "csv"}
 
 // New returns the writer for a --format value (validated by the caller).
-func New(format string, w io.Writer) Writer {
+// summary is the text format's footer line; JSON's summary objects and
+// CSV's counter columns are data and always written.
+func New(format string, w io.Writer, summary bool) Writer {
 	switch format {
 	case "json":
 		return &JSON{w: w}
 	case "csv":
 		return NewCSV(w, true)
 	default:
-		return &Text{w: w}
+		return &Text{w: w, summary: summary}
 	}
 }
 
 // Text writes one line per connection, then a footer with the counts and
-// the loss counters.
-type Text struct{ w io.Writer }
+// the loss counters. Without summary the footer is written only when it
+// reports a loss: losses are always shown.
+type Text struct {
+	w       io.Writer
+	summary bool
+}
 
 func (t *Text) Write(s conn.Snapshot) error {
 	var b strings.Builder
@@ -51,8 +57,10 @@ func (t *Text) Write(s conn.Snapshot) error {
 		b.WriteString(TextLine(r))
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "%s -- %d connections (%d new, %d closed); lost events: %d, map full: %d\n",
-		s.Time.Format("15:04:05"), len(s.Records), opened, closed, s.Lost, s.MapFull)
+	if t.summary || s.Lost > 0 || s.MapFull > 0 {
+		fmt.Fprintf(&b, "%s -- %d connections (%d new, %d closed); lost events: %d, map full: %d\n",
+			s.Time.Format("15:04:05"), len(s.Records), opened, closed, s.Lost, s.MapFull)
+	}
 	_, err := io.WriteString(t.w, b.String())
 	return err
 }

@@ -34,13 +34,33 @@ func snapshot() conn.Snapshot {
 
 func TestTextMarksEventsAndLosses(t *testing.T) {
 	var b bytes.Buffer
-	if err := New("text", &b).Write(snapshot()); err != nil {
+	if err := New("text", &b, true).Write(snapshot()); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"[fd00::1]:40000 > [fd00::2]:443", "42/curl", "in 1.0MiB", "[CLOSED] [PARTIAL]",
 		"2 connections (0 new, 2 closed); lost events: 3, map full: 1"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Without the summary (top -S) the footer is left out, unless it reports
+// a loss.
+func TestTextWithoutSummaryStillShowsLosses(t *testing.T) {
+	for _, c := range []struct {
+		lost, mapFull uint64
+		footer        bool
+	}{{0, 0, false}, {3, 0, true}, {0, 1, true}} {
+		s := snapshot()
+		s.Lost, s.MapFull = c.lost, c.mapFull
+		var b bytes.Buffer
+		if err := New("text", &b, false).Write(s); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+		if want := len(s.Records) + map[bool]int{true: 1}[c.footer]; len(lines) != want || strings.Contains(b.String(), " -- ") != c.footer {
+			t.Errorf("lost %d, map full %d: %d lines, want %d:\n%s", c.lost, c.mapFull, len(lines), want, b.String())
 		}
 	}
 }
@@ -71,7 +91,7 @@ func TestTextReadWait(t *testing.T) {
 
 func TestCSVRowsShareTheRefreshTime(t *testing.T) {
 	var b bytes.Buffer
-	if err := New("csv", &b).Write(snapshot()); err != nil {
+	if err := New("csv", &b, true).Write(snapshot()); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&b).ReadAll()

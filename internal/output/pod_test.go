@@ -20,7 +20,7 @@ func TestFormatsNameThePod(t *testing.T) {
 	s.Records[1].Names = kube.Names{Namespace: "shop", Pod: "web-7c5f9d8b4-x2x9q"} // the sandbox
 
 	var text bytes.Buffer
-	if err := New("text", &text).Write(s); err != nil {
+	if err := New("text", &text, true).Write(s); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(text.String(), "\n")
@@ -34,7 +34,7 @@ func TestFormatsNameThePod(t *testing.T) {
 	}
 
 	var b bytes.Buffer
-	if err := New("csv", &b).Write(s); err != nil {
+	if err := New("csv", &b, true).Write(s); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := csv.NewReader(&b).ReadAll()

@@ -7,11 +7,10 @@ package runopts
 
 import (
 	"context"
-	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,55 +18,20 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stacktop/stacktop/internal/clierr"
+	"github.com/stacktop/stacktop/internal/cliflag"
 )
 
-// Seconds is a duration flag that also accepts a bare number of seconds, as
-// netstacklat's -r does ("-r 5" and "-r 500ms" both work), bounded as
-// netstacklat bounds it.
-type Seconds time.Duration
+// IntervalRange bounds every refresh or report interval: below 10 ms the
+// reports are noise (and cost), above a day nobody waits for them. As
+// netstacklat's -r, it may be given in bare seconds.
+var IntervalRange = cliflag.Range{Min: 10 * time.Millisecond, Max: 24 * time.Hour}
 
-// The bounds of an interval: below 10 ms the reports are noise (and cost),
-// above a day nobody waits for them.
-const (
-	MinInterval = 10 * time.Millisecond
-	MaxInterval = 24 * time.Hour
-)
-
-func (s *Seconds) String() string { return time.Duration(*s).String() }
-func (s *Seconds) Type() string   { return "duration" }
-
-// Set parses "5", "0.5" or any Go duration ("250ms", "1m") within the bounds.
-func (s *Seconds) Set(v string) error {
-	var d time.Duration
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		// Checked as a float: NaN, Inf and 1e20 would not survive the
-		// conversion to a Duration.
-		if !(f >= MinInterval.Seconds() && f <= MaxInterval.Seconds()) {
-			return errInterval
-		}
-		d = time.Duration(f * float64(time.Second))
-	} else if d, err = time.ParseDuration(v); err != nil {
-		return fmt.Errorf("not a number of seconds or a duration like 500ms")
-	}
-	if err := checkInterval(time.Duration(d)); err != nil {
-		return err
-	}
-	*s = Seconds(d)
-	return nil
-}
-
-var errInterval = fmt.Errorf("must be from %g to %g seconds (%v to %v)", MinInterval.Seconds(), MaxInterval.Seconds(), MinInterval, MaxInterval)
-
-func checkInterval(d time.Duration) error {
-	if d < MinInterval || d > MaxInterval {
-		return errInterval
-	}
-	return nil
-}
+// RunRange bounds --duration (0: until interrupted).
+var RunRange = cliflag.Range{Min: time.Millisecond, Max: 365 * 24 * time.Hour, Off: "until interrupted"}
 
 // Options are the shared reporting options.
 type Options struct {
-	Interval Seconds
+	Interval time.Duration
 	Count    int
 	Duration time.Duration
 	Format   string
@@ -78,25 +42,17 @@ type Options struct {
 // alias of --interval ("r" for netstacklat compatibility, "" for none);
 // formats lists the accepted --format values, the first being the default.
 func (o *Options) Register(fs *pflag.FlagSet, intervalShort string, def time.Duration, formats ...string) {
-	o.Interval = Seconds(def)
 	o.formats = formats
-	fs.VarP(&o.Interval, "interval", intervalShort, "refresh/report interval (seconds or a duration such as 500ms)")
-	fs.IntVar(&o.Count, "count", 0, "exit after this many reports (0 = run until interrupted)")
-	fs.DurationVar(&o.Duration, "duration", 0, "exit after this long, e.g. 30s (0 = run until interrupted)")
+	cliflag.DurationVarP(fs, &o.Interval, "interval", intervalShort, def, IntervalRange, "refresh/report interval (seconds or a duration such as 500ms)")
+	cliflag.IntVarP(fs, &o.Count, "count", "", 0, 0, math.MaxInt32, "exit after this many reports (0 = run until interrupted)")
+	cliflag.DurationVarP(fs, &o.Duration, "duration", "", 0, RunRange, "exit after this long (seconds or a duration such as 30s; 0 = run until interrupted)")
 	fs.StringVar(&o.Format, "format", formats[0], "output format: "+strings.Join(formats, ", "))
+	cliflag.Enum(fs, "format", formats...)
 }
 
-// Validate checks the values; errors name the flag and value (exit 2).
+// Validate checks the values the flag types do not; errors name the flag
+// and value (exit 2).
 func (o *Options) Validate() error {
-	if err := checkInterval(time.Duration(o.Interval)); err != nil {
-		return clierr.Usage("interval", o.Interval.String(), "%v", err)
-	}
-	if o.Count < 0 {
-		return clierr.Usage("count", strconv.Itoa(o.Count), "must not be negative")
-	}
-	if o.Duration < 0 {
-		return clierr.Usage("duration", o.Duration.String(), "must not be negative")
-	}
 	if !slices.Contains(o.formats, o.Format) {
 		return clierr.Usage("format", o.Format, "must be one of %s", strings.Join(o.formats, ", "))
 	}
@@ -119,7 +75,7 @@ func (o *Options) Loop(ctx context.Context, report func(final bool) error) error
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
-	t := time.NewTicker(time.Duration(o.Interval))
+	t := time.NewTicker(o.Interval)
 	defer t.Stop()
 	for n := 1; ; n++ {
 		select {

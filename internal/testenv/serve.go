@@ -22,7 +22,13 @@ func (p *Peer) ServeTCP(t testing.TB, addr string, handle func(net.Conn)) *net.T
 // port of the kernel's choosing.
 func ServeLoopbackTCP(t testing.TB, handle func(net.Conn)) *net.TCPListener {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return ServeLocalTCP(t, "127.0.0.1:0", handle)
+}
+
+// ServeLocalTCP is ServeTCP on addr (such as [::1]:0) in our own namespace.
+func ServeLocalTCP(t testing.TB, addr string, handle func(net.Conn)) *net.TCPListener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

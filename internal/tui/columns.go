@@ -271,8 +271,8 @@ type Sort struct {
 // CPU users on top.
 var DefaultSort = Sort{Column: ColRateIn, Desc: true}
 
-// sortableIDs lists every column name in screen order, for messages.
-func sortableIDs() []string {
+// SortKeys lists every column name --sort takes, in screen order.
+func SortKeys() []string {
 	var ids []string
 	for _, id := range connView.visible(true) {
 		ids = append(ids, string(id))
@@ -287,7 +287,7 @@ func ParseSort(s string) (Sort, error) {
 	name, dir, hasDir := strings.Cut(s, ":")
 	c, ok := columns[ColumnID(strings.ToLower(name))]
 	if !ok {
-		return Sort{}, clierr.Usage("sort", s, "unknown column; one of %s (optionally :asc or :desc)", strings.Join(sortableIDs(), ", "))
+		return Sort{}, clierr.Usage("sort", s, "unknown column; one of %s (optionally :asc or :desc)", strings.Join(SortKeys(), ", "))
 	}
 	srt := Sort{Column: c.id, Desc: c.descFirst}
 	switch {
@@ -304,5 +304,5 @@ func ParseSort(s string) (Sort, error) {
 
 // SortColumns is the help text for --sort.
 func SortColumns() string {
-	return fmt.Sprintf("initial sort column: %s; add :asc or :desc to choose the direction", strings.Join(sortableIDs(), ", "))
+	return fmt.Sprintf("initial sort column: %s; add :asc or :desc to choose the direction", strings.Join(SortKeys(), ", "))
 }

@@ -66,7 +66,7 @@ func startRun(t testing.TB, source func() (conn.Snapshot, error), opts Options) 
 }
 
 func refresh(interval time.Duration, count int) runopts.Options {
-	return runopts.Options{Interval: runopts.Seconds(interval), Count: count}
+	return runopts.Options{Interval: interval, Count: count}
 }
 
 func TestRunKeepsCollectingWhilePausedAndQuitsOnQ(t *testing.T) {
