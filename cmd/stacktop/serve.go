@@ -229,7 +229,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if err != nil {
 		return c, err
 	}
-	c.conns = conntrack.Config{UDPIdle: o.udpIdle, Filter: sel, MaxConnections: o.maxConn, Pods: pods}
+	c.conns = conntrack.Config{UDPIdle: o.udpIdle, Filter: sel, MaxConnections: o.maxConn, Pods: pods, Unordered: true}
 	if err := o.readWaitConfig(&c.latency); err != nil {
 		return c, err
 	}

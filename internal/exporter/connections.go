@@ -405,11 +405,16 @@ func (h *rttHistogram) metric(labels ...string) prometheus.Metric {
 	return withNative(classic, rttBuckets, h.buckets[:], count, sum, labels)
 }
 
-// collectPerConnection exports the busiest live connections, by bytes moved.
+// collectPerConnection exports the busiest live connections, by bytes moved
+// (ties by their addresses, so that the same ones are chosen every scrape
+// whatever order the source gave them in).
 func (c *Connections) collectPerConnection(ch chan<- prometheus.Metric) {
 	busiest := slices.Clone(c.live)
 	slices.SortFunc(busiest, func(a, b conn.Record) int {
-		return cmp.Compare(b.BytesIn+b.BytesOut, a.BytesIn+a.BytesOut)
+		return cmp.Or(cmp.Compare(b.BytesIn+b.BytesOut, a.BytesIn+a.BytesOut),
+			netip.AddrPortFrom(a.LocalAddr, a.LocalPort).Compare(netip.AddrPortFrom(b.LocalAddr, b.LocalPort)),
+			netip.AddrPortFrom(a.RemoteAddr, a.RemotePort).Compare(netip.AddrPortFrom(b.RemoteAddr, b.RemotePort)),
+			cmp.Compare(a.Netns, b.Netns))
 	})
 	omitted := max(0, len(busiest)-c.limit)
 	busiest = busiest[:len(busiest)-omitted]
