@@ -47,7 +47,7 @@ type Model struct {
 	offset int      // first row on screen
 
 	width, height int
-	content       map[ColumnID]int // widest cell per column, for the layout
+	content       map[ColumnID]width // widest and least cell per column, for the layout
 	layout        layout
 	hint          string // a one-key-press note in the status bar
 }
@@ -287,7 +287,7 @@ func (m *Model) rebuild() {
 			m.shown = append(m.shown, &m.processes[i])
 		}
 	}
-	m.content = make(map[ColumnID]int)
+	m.content = make(map[ColumnID]width)
 	for _, id := range m.view.visible(m.extra) {
 		m.content[id] = columns[id].contentWidth(m.shown)
 	}
@@ -315,11 +315,11 @@ func (m *Model) resort() {
 
 func (m *Model) relayout() {
 	sorted := m.sorts[m.view].Column
-	natural := make(map[ColumnID]int, len(m.content))
+	widths := make(map[ColumnID]width, len(m.content))
 	for id, w := range m.content {
-		natural[id] = columns[id].naturalWidth(w, id == sorted)
+		widths[id] = columns[id].fitWidth(w, id == sorted)
 	}
-	m.layout = fit(m.view, m.view.visible(m.extra), natural, m.width, sorted)
+	m.layout = fit(m.view, m.view.visible(m.extra), widths, m.width, sorted)
 }
 
 // headerLines is the height of the summary header: a fourth line appears

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -165,7 +166,7 @@ func TestHeaderCursorWrapsAndFollowsLayout(t *testing.T) {
 	if m.cursor != m.layout.cols[0].id {
 		t.Fatalf("tab from a dropped column: %s, want %s", m.cursor, m.layout.cols[0].id)
 	}
-	if !strings.Contains(m.Render(PlainTheme()), "Enter: sort by Local") {
+	if !strings.Contains(m.Render(PlainTheme()), "Enter: sort by "+m.layout.cols[0].title) {
 		t.Fatalf("status bar does not offer the selected column:\n%s", m.Render(PlainTheme()))
 	}
 }
@@ -318,17 +319,23 @@ func TestPerProcessAggregation(t *testing.T) {
 	}
 }
 
-func TestTruncationByWidth(t *testing.T) {
+// TestColumnsAndAddressesAtEachSize: at each common terminal size the
+// columns follow the stated priority, no line is wider than the terminal,
+// every IPv4 endpoint is whole and every IPv6 one whole or abbreviated by
+// whole groups with its port; a resize from any size lays out exactly as a
+// start at the new size does.
+func TestColumnsAndAddressesAtEachSize(t *testing.T) {
 	for _, tc := range []struct {
-		width int
-		cols  []ColumnID
+		w, h int
+		cols []ColumnID
 	}{
-		{60, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColRateIn}},
-		{80, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut}},
-		{200, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
+		{60, 20, []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn}},
+		{80, 24, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColRateIn, ColRateOut, ColRTT}},
+		{100, 30, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
+		{200, 50, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
 	} {
-		t.Run(fmt.Sprint(tc.width), func(t *testing.T) {
-			m := newFixtureModel(t, tc.width, 30)
+		t.Run(fmt.Sprintf("%dx%d", tc.w, tc.h), func(t *testing.T) {
+			m := newFixtureModel(t, tc.w, tc.h)
 			var got []ColumnID
 			for _, c := range m.layout.cols {
 				got = append(got, c.id)
@@ -337,31 +344,39 @@ func TestTruncationByWidth(t *testing.T) {
 				t.Fatalf("columns %v, want %v", got, tc.cols)
 			}
 			screen := m.Render(PlainTheme())
-			lines := strings.Split(screen, "\n")
-			if len(lines) != 30 {
-				t.Fatalf("%d lines, want 30", len(lines))
-			}
-			for _, l := range lines {
-				if w := ansi.StringWidth(l); w > tc.width {
-					t.Fatalf("line of %d cells on a %d-cell terminal: %q", w, tc.width, l)
-				}
-			}
+			checkScreen(t, screen, tc.w, tc.h)
 			for _, r := range fixture().Records {
-				remote := endpoint(r.RemoteAddr, r.RemotePort)
-				full := strings.Contains(screen, remote)
-				if tc.width == 200 && !full {
-					t.Errorf("%s truncated at 200 columns", remote)
-				}
-				// A shortened endpoint keeps its port after the ellipsis.
-				if !full && !strings.Contains(screen, fmt.Sprintf("…:%d", r.RemotePort)) {
-					t.Errorf("%s lost its port at %d columns", remote, tc.width)
+				for _, ep := range []string{endpoint(r.LocalAddr, r.LocalPort), endpoint(r.RemoteAddr, r.RemotePort)} {
+					if !strings.Contains(screen, ep) && !strings.Contains(screen, abbreviatedByTest(r, ep)) {
+						t.Errorf("%s is neither whole nor abbreviated by groups at %dx%d:\n%s", ep, tc.w, tc.h, screen)
+					}
 				}
 			}
-			if tc.width < 200 && !strings.Contains(screen, "system…") {
-				t.Errorf("long process names must end in an ellipsis at %d columns", tc.width)
+			if strings.Contains(screen, "[fd00:5354:130::2]:40112") != (tc.w >= 200) {
+				t.Errorf("the IPv6 endpoint should be whole exactly when there is room (200 columns):\n%s", screen)
+			}
+			if tc.w < 100 && (strings.Contains(screen, "systemd-resolved") || !regexp.MustCompile(`system\S*…`).MatchString(screen)) {
+				t.Errorf("long process names must end in an ellipsis at %d columns", tc.w)
+			}
+			for _, from := range [][2]int{{200, 50}, {60, 20}} {
+				resized := newFixtureModel(t, from[0], from[1])
+				resized.Resize(tc.w, tc.h)
+				if r := resized.Render(PlainTheme()); r != screen {
+					t.Errorf("resized from %v to %dx%d:\n%s\nwant:\n%s", from, tc.w, tc.h, r, screen)
+				}
 			}
 		})
 	}
+}
+
+// abbreviatedByTest is the least legible form of an IPv6 endpoint of the
+// fixture (its first and last group around an ellipsis), written out by
+// hand; other endpoints have none.
+func abbreviatedByTest(r conn.Record, ep string) string {
+	if !strings.HasPrefix(ep, "[fd00:5354:130::") {
+		return ep
+	}
+	return "[fd00:…:" + strings.TrimPrefix(ep, "[fd00:5354:130::")
 }
 
 func TestSortColumnSurvivesNarrowing(t *testing.T) {
@@ -379,9 +394,11 @@ func TestShorten(t *testing.T) {
 		mode  cutMode
 		want  string
 	}{
-		{"198.18.130.1:443", 12, cutHost, "198.18.…:443"},
-		{"[fd00:5354:130::1]:40112", 14, cutHost, "[fd00:5…:40112"},
-		{"198.18.130.1:443", 4, cutHost, "198…"},
+		{"[fd00:5354:130::1]:40112", 24, cutAddr, "[fd00:5354:130::1]:40112"},
+		{"[fd00:5354:130::1]:40112", 23, cutAddr, "[fd00:5354:…:1]:40112"},
+		{"[fd00:5354:130::1]:40112", 16, cutAddr, "[fd00:…:1]:40112"},
+		{"2001:db8:85a3:8d3:1319:8a2e:370:7348", 20, cutAddr, "2001:db8:85a3:…:7348"},
+		{"[::1]:631", 9, cutAddr, "[::1]:631"},
 		{"systemd-resolved", 8, cutEnd, "systemd…"},
 		{"/system.slice/nginx.service", 15, cutHead, "…/nginx.service"},
 		{"short", 8, cutEnd, "short"},

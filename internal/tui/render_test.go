@@ -143,11 +143,11 @@ func TestHostileNamesEscaped(t *testing.T) {
 		s := fixture()
 		s.Records[0].Comm, s.Records[0].Cgroup = hostile, "/evil\x1b]0;pwned\x07"
 		m := NewModel(fixtureHeader, Sort{})
-		m.Resize(200, 20)
+		m.Resize(240, 20)
 		m.Update(s)
 		press(m, keys...)
 		got := m.Render(PlainTheme())
-		checkScreen(t, got, 200, 20)
+		checkScreen(t, got, 240, 20)
 		if strings.ContainsAny(got, "\x1b\x07") {
 			t.Errorf("keys %v: raw control characters reach the terminal:\n%q", keys, got)
 		}
