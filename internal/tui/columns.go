@@ -224,6 +224,9 @@ type view struct {
 	// tieBreak orders rows whose sort keys are equal, so equal rows never
 	// swap places between refreshes or when the direction flips.
 	tieBreak func(a, b *Row) int
+	// group sums the (filtered) connections into this view's rows; nil
+	// shows each connection.
+	group func([]*Row) []Row
 }
 
 var (
@@ -244,14 +247,25 @@ var (
 		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColPod, ColCgroup},
 		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup},
 		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
+		group:    perProcess,
+	}
+	hostView = &view{
+		name:     "remote hosts",
+		columns:  []ColumnID{ColRemote, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColRTT},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn},
+		priority: []ColumnID{ColRemote, ColRateIn, ColRateOut, ColConns, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn},
+		tieBreak: func(a, b *Row) int { return a.RemoteAddr.Compare(b.RemoteAddr) },
+		group:    perHost,
 	}
 )
 
 // Read wait on (--read-wait), the views show each connection's p99 read
-// wait after its RTT, and each process's worst beside its rates.
+// wait after its RTT, each process's worst beside its rates, and each
+// remote host's worst after its RTT.
 var (
 	connViewRW    = withColumn(connView, ColReadWait, ColRTT, ColRTT)
 	processViewRW = withColumn(processView, ColReadWait, ColRateOut, ColConns)
+	hostViewRW    = withColumn(hostView, ColReadWait, ColRTT, ColRTT)
 )
 
 // withColumn is v with column id after screen column `after` and priority

@@ -25,18 +25,18 @@ type Header struct {
 type Model struct {
 	header Header
 
-	snap      conn.Snapshot // on screen
-	sum       summary       // of snap, for the header
-	received  bool          // a snapshot has arrived
-	pending   prepared      // newest snapshot taken while paused
-	unseen    int           // snapshots taken while paused
-	rows      []Row         // one per record of snap
-	processes []Row         // per-process sums backing shown in the process view
-	shown     []*Row        // rows on the table, filtered and sorted
+	snap     conn.Snapshot // on screen
+	sum      summary       // of snap, for the header
+	received bool          // a snapshot has arrived
+	pending  prepared      // newest snapshot taken while paused
+	unseen   int           // snapshots taken while paused
+	rows     []Row         // one per record of snap
+	grouped  []Row         // per-process or per-host sums backing shown in those views
+	shown    []*Row        // rows on the table, filtered and sorted
 
 	view   *view
-	conns  *view // the two views: with the read-wait column when it is on
-	procs  *view
+	views  []*view // connections, processes, remote hosts (`g` cycles): with the read-wait column when it is on
+	conns  *view   // views[0]
 	sorts  map[*view]Sort
 	extra  bool // `c`: extra columns
 	paused bool
@@ -55,12 +55,13 @@ type Model struct {
 // NewModel returns an empty screen sorted by s in each view that has its
 // column, and by DefaultSort in the others (and when s is zero).
 func NewModel(h Header, s Sort) *Model {
-	m := &Model{header: h, conns: connView, procs: processView, width: 80, height: 24, sorts: map[*view]Sort{}}
+	m := &Model{header: h, views: []*view{connView, processView, hostView}, width: 80, height: 24, sorts: map[*view]Sort{}}
 	if h.ReadWait {
-		m.conns, m.procs = connViewRW, processViewRW
+		m.views = []*view{connViewRW, processViewRW, hostViewRW}
 	}
+	m.conns = m.views[0]
 	m.view = m.conns
-	for _, v := range []*view{m.conns, m.procs} {
+	for _, v := range m.views {
 		m.sorts[v] = DefaultSort
 		if v.has(s.Column) {
 			m.sorts[v] = s
@@ -148,7 +149,7 @@ func (m *Model) Key(k string) (quit bool) {
 		m.extra = !m.extra
 		m.rebuild()
 	case "g":
-		m.toggleView()
+		m.nextView()
 	case "space":
 		m.togglePause()
 	case "tab", "right":
@@ -206,12 +207,9 @@ func (m *Model) setFilter(f string) {
 	m.rebuild()
 }
 
-func (m *Model) toggleView() {
-	if m.view == m.conns {
-		m.view = m.procs
-	} else {
-		m.view = m.conns
-	}
+func (m *Model) nextView() {
+	i := slices.Index(m.views, m.view)
+	m.view = m.views[(i+1)%len(m.views)]
 	m.cursor = m.sorts[m.view].Column
 	m.offset = 0
 	m.rebuild()
@@ -280,11 +278,11 @@ func (m *Model) rebuild() {
 			m.shown = append(m.shown, &m.rows[i])
 		}
 	}
-	if m.view == m.procs {
-		m.processes = perProcess(m.shown)
+	if m.view.group != nil {
+		m.grouped = m.view.group(m.shown)
 		m.shown = m.shown[:0]
-		for i := range m.processes {
-			m.shown = append(m.shown, &m.processes[i])
+		for i := range m.grouped {
+			m.shown = append(m.shown, &m.grouped[i])
 		}
 	}
 	m.content = make(map[ColumnID]width)

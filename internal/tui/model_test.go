@@ -257,8 +257,13 @@ func TestColumnToggle(t *testing.T) {
 		t.Fatalf("per-process with extras: %v, want %v", got, procExtra)
 	}
 	press(m, "c", "g")
+	hosts := []ColumnID{ColRemote, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColRTT}
+	if got := ids(m); !slices.Equal(got, hosts) {
+		t.Fatalf("per-host without extras: %v, want %v", got, hosts)
+	}
+	press(m, "g")
 	if got := ids(m); !slices.Equal(got, base) {
-		t.Fatalf("after c again: %v, want %v", got, base)
+		t.Fatalf("g from remote hosts: %v, want the connections' %v", got, base)
 	}
 }
 
@@ -313,9 +318,75 @@ func TestPerProcessAggregation(t *testing.T) {
 	if m.sorts[processView].Column != ColPID || !strings.Contains(m.Render(PlainTheme()), "no State column in the processes view") {
 		t.Fatalf("s in the per-process view: sort %+v", m.sorts[processView])
 	}
-	press(m, "g")
+	press(m, "g", "g")
 	if m.sorts[connView] != DefaultSort {
 		t.Fatalf("each view keeps its own sort; connections view now %+v", m.sorts[connView])
+	}
+}
+
+// TestPerHostAggregation: the third view sums connections by remote
+// address (ports, protocols and processes together), leaves out sockets
+// without a peer, keeps the worst RTT, and sorts and filters like the others.
+func TestPerHostAggregation(t *testing.T) {
+	m := newFixtureModel(t, 200, 50)
+	press(m, "g", "g")
+	if m.view.name != "remote hosts" {
+		t.Fatalf("g twice: %s view, want remote hosts", m.view.name)
+	}
+	type sums struct {
+		conns             int
+		bytesIn, bytesOut uint64
+		rateIn, rateOut   float64
+		rtt               uint32
+	}
+	want := map[string]sums{}
+	for _, r := range fixture().Records {
+		if r.RemoteAddr.IsUnspecified() {
+			continue
+		}
+		s := want[r.RemoteAddr.String()]
+		if r.Event != conn.Closed {
+			s.conns++
+		}
+		s.bytesIn += r.BytesIn
+		s.bytesOut += r.BytesOut
+		s.rateIn += r.RateIn
+		s.rateOut += r.RateOut
+		s.rtt = max(s.rtt, r.RTTus)
+		want[r.RemoteAddr.String()] = s
+	}
+	if len(m.shown) != len(want) || len(want) != 8 {
+		t.Fatalf("%d host rows, want %d (the fixture's 8 peers)", len(m.shown), len(want))
+	}
+	for _, r := range m.shown {
+		got := sums{r.Conns, r.BytesIn, r.BytesOut, r.RateIn, r.RateOut, r.RTTus}
+		if got != want[r.Remote] {
+			t.Errorf("%s: %+v, want %+v", r.Remote, got, want[r.Remote])
+		}
+	}
+	checkOrder(t, shownRecords(m), ColRateIn, true)
+	screen := m.Render(PlainTheme())
+	if !strings.Contains(screen, "8 remote hosts") || !strings.Contains(screen, "fd00:5354:130::2 ") {
+		t.Errorf("status bar or bare IPv6 host missing:\n%s", screen)
+	}
+
+	// 127.0.0.1 is the peer of both ends of the postgres connection: one
+	// host, two connections, the worse RTT of the two.
+	press(m, "/")
+	typeText(m, "5432")
+	press(m, "enter")
+	if len(m.shown) != 1 || m.shown[0].Remote != "127.0.0.1" || m.shown[0].Conns != 2 || m.shown[0].RTTus != 31 {
+		t.Fatalf("filtered host rows: %+v", m.shown)
+	}
+	press(m, "esc", "t")
+	checkOrder(t, shownRecords(m), ColRTT, true)
+	press(m, "p")
+	if !strings.Contains(m.Render(PlainTheme()), "no PID column in the remote hosts view") {
+		t.Errorf("p in the host view is not refused")
+	}
+	press(m, "g")
+	if m.view != m.conns {
+		t.Fatalf("g from remote hosts: %s view, want connections", m.view.name)
 	}
 }
 

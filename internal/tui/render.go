@@ -20,7 +20,8 @@ Filter  / then type: matches address, port, process, PID, cgroup;
         Enter keeps the filter, Esc clears it
 Scroll  Up Down  j k  PgUp PgDn  Home End
 View    c  extra columns: bytes, packets, retransmits, cgroup
-        g  per-process view     Space  pause (collection goes on)
+        g  next view: connections → processes → remote hosts
+        Space  pause (collection goes on)
         ?  this help (any key closes it)     q  Ctrl-C  quit
 Marks   +  new    -  closed (final totals)    ~  partial (counted
         from start-up)    brighter rows move more bytes: idle,
@@ -187,11 +188,7 @@ func (m *Model) statusBar(t *Theme) string {
 	if m.hint != "" {
 		parts = append(parts, m.hint)
 	}
-	noun := "connections"
-	if m.view == m.procs {
-		noun = "processes"
-	}
-	parts = append(parts, fmt.Sprintf("%d %s", len(m.shown), noun))
+	parts = append(parts, fmt.Sprintf("%d %s", len(m.shown), m.view.name))
 	line := m.spread(" "+strings.Join(parts, " │ "), "? help  q quit ")
 	if pad := m.width - ansi.StringWidth(line); pad > 0 && !t.plain {
 		line += strings.Repeat(" ", pad)

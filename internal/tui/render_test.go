@@ -30,6 +30,7 @@ func TestGoldenScreens(t *testing.T) {
 		{name: "narrow-60x20", w: 60, h: 20},
 		{name: "wide-extra-200x20", w: 200, h: 20, keys: []string{"c"}},
 		{name: "per-process-100x20", w: 100, h: 20, keys: []string{"g"}},
+		{name: "per-host-80x24", w: 80, h: 24, keys: []string{"g", "g"}},
 		{name: "help-100x30", w: 100, h: 30, keys: []string{"?"}},
 		{name: "help-80x24", w: 80, h: 24, keys: []string{"?"}},
 		{name: "filter-typing-100x16", w: 100, h: 16, keys: []string{"/", "4", "4", "3"}},
