@@ -55,7 +55,7 @@ func BenchmarkKeyFilter10k(b *testing.B) { benchmarkKeys(b, "/", "4", "backspace
 
 func BenchmarkKeyScroll10k(b *testing.B) { benchmarkKeys(b, "pgdown") }
 
-// g cycles three views, so three presses reach the per-process view and back.
+// g cycles three views: three presses sum per PID, per remote host, and return.
 func BenchmarkKeyPerProcess10k(b *testing.B) { benchmarkKeys(b, "g", "g", "g") }
 
 func benchmarkKeys(b *testing.B, keys ...string) {
