@@ -145,12 +145,12 @@ type Record struct {
 
 // Labels say which series a record is of.
 type Labels struct {
-	Hook   string    `json:"hook"`
-	Iface  string    `json:"iface,omitempty"`
-	Netns  uint64    `json:"netns,omitempty"` // the interface's namespace inode, grouped by interface with -n -1 only
-	Cgroup string    `json:"cgroup,omitempty"`
-	PID    *uint32   `json:"pid,omitempty"` // grouped by process only (0: no reading task)
-	Comm   string    `json:"comm,omitempty"`
+	Hook   string  `json:"hook"`
+	Iface  string  `json:"iface,omitempty"`
+	Netns  uint64  `json:"netns,omitempty"` // the interface's namespace inode, grouped by interface with -n -1 only
+	Cgroup string  `json:"cgroup,omitempty"`
+	PID    *uint32 `json:"pid,omitempty"` // grouped by process only (0: no reading task)
+	Comm   string  `json:"comm,omitempty"`
 	// SampleEvery, when present: Count is of a random 1 in SampleEvery
 	// packets (--sample).
 	SampleEvery uint32 `json:"sample_every,omitempty"`
