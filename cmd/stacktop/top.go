@@ -14,6 +14,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/tui"
 )
@@ -43,9 +44,14 @@ func makeTop(cmd *cobra.Command) {
 	var f connFlags
 	f.register(cmd.Flags())
 	sortFlag := cmd.Flags().String("sort", string(tui.DefaultSort.Column), tui.SortColumns())
+	var lat topLatencyFlags
+	lat.register(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		sort, err := tui.ParseSort(*sortFlag)
 		if err != nil {
+			return err
+		}
+		if f.latencyHooks, err = lat.hooks(cmd.Flags()); err != nil {
 			return err
 		}
 		if sort.Column == tui.ColReadWait && !f.readWait {
@@ -55,6 +61,7 @@ func makeTop(cmd *cobra.Command) {
 		if isTerminal(out) {
 			return f.tui(cmd.Context(), sort)
 		}
+		f.latencyHooks = 0 // the latency view is the terminal's; stream prints connections
 		return f.stream(cmd.Context(), out)
 	}
 }
@@ -62,13 +69,17 @@ func makeTop(cmd *cobra.Command) {
 // tui runs the interactive table; --log keeps receiving every refresh,
 // also while the display is paused.
 func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
-	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
+	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer, tracer *latency.Tracer) error {
 		host, _ := os.Hostname()
-		return tui.Run(ctx, t.Snapshot, tui.Options{
+		opts := tui.Options{
 			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
 			Sort: sort, Refresh: f.run, ReadWait: f.readWait,
 			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
-		})
+		}
+		if f.latencyHooks != 0 {
+			opts.Latency = tracer.Read
+		}
+		return tui.Run(ctx, t.Snapshot, opts)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/hist"
 )
 
 // Header is what the summary header says about the host and the collector.
@@ -18,6 +19,7 @@ type Header struct {
 	Host, Kernel, Backend string
 	Interval              time.Duration
 	ReadWait              bool // --read-wait: the read-wait column is shown
+	Latency               bool // --latency: the stack latency view (`L`) has data
 }
 
 // Model is the state of the screen. Its methods are the only way to change
@@ -45,6 +47,11 @@ type Model struct {
 	filter string
 	cursor ColumnID // header selected with Tab/arrows
 	offset int      // first row on screen
+
+	latency     latencyHistory
+	latPending  [][]hist.Series // latency of refreshes taken while paused
+	showLatency bool            // `L`: the latency view instead of the table
+	latOffset   int             // first probe on screen in the latency view
 
 	width, height int
 	content       map[ColumnID]width // widest and least cell per column, for the layout
@@ -74,24 +81,30 @@ func NewModel(h Header, s Sort) *Model {
 
 // Update takes a new snapshot. While paused it is kept aside (only the
 // newest) and shown when the display resumes.
-func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s)) }
+func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s, nil)) }
 
 // prepared is a snapshot with its rows built: the part of a refresh that
 // does not depend on what is on screen, done off the UI goroutine by Run.
+// latency is what each probe series recorded since the previous refresh.
 type prepared struct {
-	snap conn.Snapshot
-	rows []Row
-	sum  summary
+	snap    conn.Snapshot
+	rows    []Row
+	sum     summary
+	latency []hist.Series
 }
 
-func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records), summarize(s.Records)} }
+func prepare(s conn.Snapshot, lat []hist.Series) prepared {
+	return prepared{s, newRows(s.Records), summarize(s.Records), lat}
+}
 
 func (m *Model) take(p prepared) {
 	if m.paused {
 		m.pending = p
+		m.latPending = append(m.latPending, p.latency)
 		m.unseen++
 		return
 	}
+	m.latency.add(p.latency)
 	m.show(p)
 }
 
@@ -150,6 +163,11 @@ func (m *Model) Key(k string) (quit bool) {
 		m.rebuild()
 	case "g":
 		m.nextView()
+	case "L":
+		m.showLatency = !m.showLatency
+		if !m.header.Latency {
+			m.hint = "stack latency is off: start with --latency"
+		}
 	case "space":
 		m.togglePause()
 	case "tab", "right":
@@ -218,6 +236,10 @@ func (m *Model) nextView() {
 func (m *Model) togglePause() {
 	m.paused = !m.paused
 	if !m.paused && m.unseen > 0 {
+		for _, lat := range m.latPending {
+			m.latency.add(lat)
+		}
+		m.latPending = nil
 		m.unseen = 0
 		m.show(m.pending)
 		m.pending = prepared{}
@@ -264,7 +286,13 @@ func (m *Model) moveCursor(step int) {
 	m.cursor = cols[i].id
 }
 
+// scroll moves the table by step rows, or in the latency view the probes
+// by one per step.
 func (m *Model) scroll(step int) {
+	if m.showLatency {
+		m.latOffset = max(min(m.latOffset+step, len(m.latency.names)-1), 0)
+		return
+	}
 	m.offset = max(min(m.offset+step, len(m.shown)-m.bodyHeight()), 0)
 }
 

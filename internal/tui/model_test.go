@@ -535,7 +535,7 @@ func TestScrolling(t *testing.T) {
 func TestHelpOverlayAndQuit(t *testing.T) {
 	m := newFixtureModel(t, 100, 30)
 	press(m, "?")
-	if !strings.Contains(m.Render(PlainTheme()), "Space  pause") {
+	if !strings.Contains(m.Render(PlainTheme()), "Space pause") {
 		t.Fatal("? must show the key help")
 	}
 	if m.Key("r") || m.help {
