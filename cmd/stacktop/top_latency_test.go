@@ -29,7 +29,9 @@ func TestTopLatencyViewUnderTmux(t *testing.T) {
 			lateRead.MatchString(pane.screen())
 	})
 	pane.keys("L")
-	pane.await("the table again", func(s string) bool { return !strings.Contains(s, "last refresh:") && strings.Contains(s, "connections") })
+	pane.await("the table again", func(s string) bool {
+		return !strings.Contains(s, "last refresh:") && strings.Contains(s, "connections")
+	})
 	pane.keys("q")
 	pane.expectExit(0)
 }
