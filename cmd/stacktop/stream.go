@@ -23,6 +23,7 @@ import (
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/readwait"
+	"github.com/stacktop/stacktop/internal/resolve"
 	"github.com/stacktop/stacktop/internal/runopts"
 )
 
@@ -39,6 +40,7 @@ type connFlags struct {
 	// read wait (off by default: two program runs per TCP read on the
 	// tracepoint backend).
 	readWait bool
+	resolve bool // --resolve: name remote addresses
 	// latencyHooks are the stack-latency probes top's latency view shows
 	// (top --latency); one tracer runs them and read wait's.
 	latencyHooks latency.HookSet
@@ -52,6 +54,8 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.backend, "backend", string(features.Auto), "UDP accounting: auto, fentry (programs that run for UDP only) or tracepoint (cgroup_skb programs on every packet); the TCP hooks have one implementation")
 	registerMaxConnections(fs, &f.maxConn)
 	f.pods.Register(fs)
+	fs.BoolVar(&f.resolve, "resolve", false,
+		"name remote addresses through the system resolver (/etc/hosts, then DNS), in the background: remote_host, the TUI's Host column")
 	fs.BoolVar(&f.readWait, "read-wait", false,
 		"also measure how long each connection's received data waited until its application read it (read_wait_* fields; runs the socket-read latency probes)")
 }
@@ -101,7 +105,11 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	if err != nil {
 		return conntrack.Config{}, err
 	}
-	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods, Backend: backend}, nil
+	cfg := conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods, Backend: backend}
+	if f.resolve {
+		cfg.Hosts = resolve.New()
+	}
+	return cfg, nil
 }
 
 func newStreamCmd() *cobra.Command {

@@ -57,6 +57,9 @@ func makeTop(cmd *cobra.Command) {
 		if sort.Column == tui.ColReadWait && !f.readWait {
 			return clierr.Usage("sort", *sortFlag, "sorts by read wait, which needs --read-wait")
 		}
+		if sort.Column == tui.ColHost && !f.resolve {
+			return clierr.Usage("sort", *sortFlag, "sorts by host name, which needs --resolve")
+		}
 		out := cmd.OutOrStdout()
 		if isTerminal(out) {
 			return f.tui(cmd.Context(), sort)
@@ -73,7 +76,7 @@ func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
 		host, _ := os.Hostname()
 		opts := tui.Options{
 			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
-			Sort: sort, Refresh: f.run, ReadWait: f.readWait,
+			Sort: sort, Refresh: f.run, ReadWait: f.readWait, Resolve: f.resolve,
 			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
 		}
 		if f.latencyHooks != 0 {

@@ -7,6 +7,7 @@ package conntrack
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -56,7 +57,14 @@ type Config struct {
 	// Backend forces the UDP hooks' implementation (--backend): fentry
 	// programs or the cgroup_skb ones; "" or Auto prefers fentry.
 	Backend features.Backend
+	// Hosts names the remote address of each record the filter selects
+	// (--resolve; internal/resolve), without waiting for a lookup; nil
+	// names none.
+	Hosts HostNamer
 }
+
+// HostNamer names an address at once, "" while its name is unknown.
+type HostNamer interface{ Name(netip.Addr) string }
 
 // ValidMaxConnections reports why n cannot be a table size, or nil.
 func ValidMaxConnections(n int) error {
@@ -273,6 +281,9 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 			rw.Fill(r)
 		}
 		if t.cfg.Filter.Match(r) {
+			if t.cfg.Hosts != nil {
+				r.RemoteHost = t.cfg.Hosts.Name(r.RemoteAddr)
+			}
 			snap.Records = append(snap.Records, *r)
 		}
 	}

@@ -35,6 +35,7 @@ const (
 	ColPod        ColumnID = "pod"
 	ColConns      ColumnID = "conns"
 	ColReadWait   ColumnID = "read-wait" // p99 read wait; only with --read-wait
+	ColHost       ColumnID = "host"      // the remote address's name; only with --resolve
 )
 
 // cutMode says which end of a too-long cell gives way.
@@ -152,6 +153,10 @@ var columns = func() map[ColumnID]*column {
 		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
 		formattedColumn(ColReadWait, "Wait p99", "w", rttWidth, func(r *Row) uint64 { return r.ReadWaitP99us }, humanWait),
+		with(textColumn(ColHost, "Host", "", func(r *Row) string { return r.RemoteHost }), func(c *column) {
+			c.minWidth, c.maxWidth = 8, 40
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.RemoteHost)) }
+		}),
 	}
 	byID := make(map[ColumnID]*column, len(all))
 	for _, c := range all {
@@ -312,7 +317,7 @@ func sortableIDs() []string {
 	for _, id := range connView.visible(true) {
 		ids = append(ids, string(id))
 	}
-	return append(ids, string(ColConns), string(ColReadWait))
+	return append(ids, string(ColConns), string(ColReadWait), string(ColHost))
 }
 
 // ParseSort reads a --sort value: a column name (see SortColumns), optionally

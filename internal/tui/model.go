@@ -12,6 +12,7 @@ import (
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/resolve"
 )
 
 // Header is what the summary header says about the host and the collector.
@@ -20,6 +21,7 @@ type Header struct {
 	Interval              time.Duration
 	ReadWait              bool // --read-wait: the read-wait column is shown
 	Latency               bool // --latency: the stack latency view (`L`) has data
+	Resolve               bool // --resolve: the Host column is shown
 }
 
 // Model is the state of the screen. Its methods are the only way to change
@@ -53,6 +55,9 @@ type Model struct {
 	showLatency bool            // `L`: the latency view instead of the table
 	latOffset   int             // first probe on screen in the latency view
 
+	services  resolve.Services // port names (/etc/services)
+	portNames bool             // `N`: endpoints show service names for ports
+
 	width, height int
 	content       map[ColumnID]width // widest and least cell per column, for the layout
 	layout        layout
@@ -65,6 +70,10 @@ func NewModel(h Header, s Sort) *Model {
 	m := &Model{header: h, views: []*view{connView, processView, hostView}, width: 80, height: 24, sorts: map[*view]Sort{}}
 	if h.ReadWait {
 		m.views = []*view{connViewRW, processViewRW, hostViewRW}
+	}
+	if h.Resolve { // the name beside the address it names
+		m.views[0] = withColumn(m.views[0], ColHost, ColRemote, ColRemote)
+		m.views[2] = withColumn(m.views[2], ColHost, ColRemote, ColRemote)
 	}
 	m.conns = m.views[0]
 	m.view = m.conns
@@ -112,6 +121,9 @@ func (m *Model) show(p prepared) {
 	m.snap, m.sum = p.snap, p.sum
 	m.received = true
 	m.rows = p.rows
+	if m.portNames {
+		m.nameEndpoints()
+	}
 	m.rebuild()
 }
 
@@ -163,6 +175,10 @@ func (m *Model) Key(k string) (quit bool) {
 		m.rebuild()
 	case "g":
 		m.nextView()
+	case "N":
+		m.portNames = !m.portNames
+		m.nameEndpoints()
+		m.rebuild()
 	case "L":
 		m.showLatency = !m.showLatency
 		if !m.header.Latency {
@@ -231,6 +247,18 @@ func (m *Model) nextView() {
 	m.cursor = m.sorts[m.view].Column
 	m.offset = 0
 	m.rebuild()
+}
+
+// nameEndpoints renders every row's endpoints with service names for
+// ports (`N`) or numbers.
+func (m *Model) nameEndpoints() {
+	services := m.services
+	if !m.portNames {
+		services = nil
+	}
+	for i := range m.rows {
+		m.rows[i].setEndpoints(services)
+	}
 }
 
 func (m *Model) togglePause() {

@@ -417,7 +417,7 @@ func TestColumnsAndAddressesAtEachSize(t *testing.T) {
 			screen := m.Render(PlainTheme())
 			checkScreen(t, screen, tc.w, tc.h)
 			for _, r := range fixture().Records {
-				for _, ep := range []string{endpoint(r.LocalAddr, r.LocalPort), endpoint(r.RemoteAddr, r.RemotePort)} {
+				for _, ep := range []string{endpoint(r.LocalAddr, portText(r.LocalPort)), endpoint(r.RemoteAddr, portText(r.RemotePort))} {
 					if !strings.Contains(screen, ep) && !strings.Contains(screen, abbreviatedByTest(r, ep)) {
 						t.Errorf("%s is neither whole nor abbreviated by groups at %dx%d:\n%s", ep, tc.w, tc.h, screen)
 					}
@@ -618,7 +618,7 @@ func TestHumanFormats(t *testing.T) {
 		{a("10.0.0.1"), 80, "10.0.0.1:80"}, {a("::ffff:10.0.0.1"), 80, "10.0.0.1:80"}, {a("fd00::1"), 443, "[fd00::1]:443"},
 		{a("0.0.0.0"), 22, "*:22"}, {a("::"), 0, "*:*"}, {netip.Addr{}, 0, "*:*"},
 	} {
-		if got := endpoint(tc.addr, tc.port); got != tc.want {
+		if got := endpoint(tc.addr, portText(tc.port)); got != tc.want {
 			t.Errorf("endpoint(%s, %d) = %q, want %q", tc.addr, tc.port, got, tc.want)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -11,6 +12,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/latency"
+	"github.com/stacktop/stacktop/internal/resolve"
 	"github.com/stacktop/stacktop/internal/runopts"
 )
 
@@ -19,6 +21,7 @@ type Options struct {
 	Host, Kernel, Backend string // for the summary header
 	Sort                  Sort   // initial sort; zero means DefaultSort
 	ReadWait              bool   // --read-wait: show the read-wait column
+	Resolve               bool   // --resolve: show the Host column
 	// Latency, when set (--latency), reads the stack latency histograms
 	// every refresh, cumulative since start, for the `L` view.
 	Latency func() ([]hist.Series, error)
@@ -41,7 +44,12 @@ type Options struct {
 // records written meanwhile are held and written when the terminal is back.
 func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options) error {
 	defer holdLogs()()
-	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval), ReadWait: opts.ReadWait, Latency: opts.Latency != nil}, opts.Sort)
+	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval), ReadWait: opts.ReadWait, Latency: opts.Latency != nil, Resolve: opts.Resolve}, opts.Sort)
+	services, err := resolve.LoadServices()
+	if err != nil {
+		slog.Warn("ports shown by number only", "reason", err)
+	}
+	m.services = services
 	p := tea.NewProgram(&screen{model: m, theme: ColorTheme()}, append([]tea.ProgramOption{tea.WithContext(ctx)}, opts.program...)...)
 
 	collectCtx, stopCollecting := context.WithCancel(ctx)
@@ -74,7 +82,7 @@ func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options
 		collected <- err
 	}()
 
-	_, err := p.Run()
+	_, err = p.Run()
 	stopCollecting()
 	collectErr := <-collected
 	if ctx.Err() != nil || errors.Is(err, tea.ErrInterrupted) {

@@ -16,12 +16,12 @@ const KeyHelp = `Sort    r rate in  R rate out  p PID  n process  s state  t RTT
         a local  A remote  P protocol  w read wait p99 (--read-wait)
         (the same key again flips)
         Tab Shift-Tab Left Right select a header, Enter sorts by it
-Filter  / then type: matches address, port, process, PID, cgroup;
+Filter  / then type: matches address, host, port, process, PID, cgroup;
         Enter keeps the filter, Esc clears it
 Scroll  Up Down  j k  PgUp PgDn  Home End
 View    c  extra columns: bytes, packets, retransmits, cgroup
         g  next view: connections → processes → remote hosts
-        L  stack latency over time (with --latency)
+        L  stack latency over time (--latency)  N  port names/numbers
         Space pause (collection goes on)  ? help  q Ctrl-C quit
 Marks   +  new    -  closed (final totals)    ~  partial (counted
         from start-up)    brighter rows move more bytes: idle,

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/resolve"
 )
 
 // Row is one line of the table: a connection, or in the per-process view the
@@ -19,15 +20,28 @@ type Row struct {
 }
 
 func newRow(r conn.Record) Row {
-	row := Row{Record: r, Local: endpoint(r.LocalAddr, r.LocalPort), Remote: endpoint(r.RemoteAddr, r.RemotePort)}
+	row := Row{Record: r}
+	row.setEndpoints(nil)
 	if r.Event != conn.Closed {
 		row.Conns = 1
 	}
 	row.search = strings.ToLower(strings.Join([]string{
-		row.Local, row.Remote, r.LocalAddr.Unmap().String(), r.RemoteAddr.Unmap().String(),
+		row.Local, row.Remote, r.LocalAddr.Unmap().String(), r.RemoteAddr.Unmap().String(), r.RemoteHost,
 		pidText(r.PID), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container,
 	}, " "))
 	return row
+}
+
+// setEndpoints renders the row's endpoints, ports named by services where
+// it names them (nil: numbers).
+func (r *Row) setEndpoints(services resolve.Services) {
+	port := func(p uint16) string {
+		if name := services.Name(r.Proto, p); name != "" {
+			return name
+		}
+		return portText(p)
+	}
+	r.Local, r.Remote = endpoint(r.LocalAddr, port(r.LocalPort)), endpoint(r.RemoteAddr, port(r.RemotePort))
 }
 
 func newRows(recs []conn.Record) []Row {
@@ -62,7 +76,7 @@ func perHost(rows []*Row) []Row {
 		return a, a.IsValid() && !a.IsUnspecified()
 	}, func(r *Row) Row {
 		a := r.RemoteAddr.Unmap()
-		return Row{Record: conn.Record{RemoteAddr: a, Event: conn.Update}, Remote: a.String()}
+		return Row{Record: conn.Record{RemoteAddr: a, RemoteHost: r.RemoteHost, Event: conn.Update}, Remote: a.String()}
 	})
 }
 
