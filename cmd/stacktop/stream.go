@@ -40,7 +40,7 @@ type connFlags struct {
 	// read wait (off by default: two program runs per TCP read on the
 	// tracepoint backend).
 	readWait bool
-	resolve bool // --resolve: name remote addresses
+	resolve  bool // --resolve: name remote addresses
 	// latencyHooks are the stack-latency probes top's latency view shows
 	// (top --latency); one tracer runs them and read wait's.
 	latencyHooks latency.HookSet
