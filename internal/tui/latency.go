@@ -122,8 +122,9 @@ const labelWidth = 8
 
 // heatmap draws one series in at most lines lines: a title with the
 // newest refresh's count and quantiles, then one row per bucket from the
-// highest with a sample on screen down; buckets below the last row that
-// fits are folded into it, whose label (an upper bound) stays true.
+// highest with a sample on screen down to the lowest. When they do not all
+// fit, each row holds as many adjacent buckets as it takes, evenly, so the
+// shape stays true; a row's label is the upper bound of its highest bucket.
 func (m *Model) heatmap(t *Theme, name string, lines, width int) []string {
 	h := &m.latency
 	cols := max(width-labelWidth-2, 1)
@@ -148,20 +149,17 @@ func (m *Model) heatmap(t *Theme, name string, lines, width int) []string {
 	if hi < 0 {
 		return append(out, "  no samples in these refreshes")
 	}
-	rows := min(hi-lo+1, lines-1)
-	for row := range rows {
-		slot := hi - row
-		floor := slot // the last row holds every bucket down to lo
-		if row == rows-1 {
-			floor = lo
-		}
+	span := hi - lo + 1
+	perRow := (span + max(lines-1, 1) - 1) / max(lines-1, 1) // buckets per row
+	for top := hi; top >= lo; top -= perRow {
+		bottom := max(top-perRow+1, lo)
 		var b strings.Builder
-		fmt.Fprintf(&b, "%*s │", labelWidth, latency.SlotText(slot))
+		fmt.Fprintf(&b, "%*s │", labelWidth, latency.SlotText(top))
 		b.WriteString(strings.Repeat(" ", cols-len(shown)))
 		for _, r := range shown {
 			hr := r[name]
 			var c uint64
-			for s := floor; s <= slot; s++ {
+			for s := bottom; s <= top; s++ {
 				c += hr.Buckets[s]
 			}
 			level := heatLevel(c, hr.Count())

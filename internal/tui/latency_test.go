@@ -87,11 +87,12 @@ func TestLatencyViewShowsTheTailMove(t *testing.T) {
 			if want := strings.Repeat(" ", tail) + strings.Repeat("·", refreshes-tail); recent != want {
 				t.Errorf("tail row's last %d refreshes %q, want %q", refreshes, recent, want)
 			}
-			// At 80×24 the block has room for 8 of the 10 buckets from the
-			// tail down: the lowest row holds ≤131us to ≤524us.
+			// At 80×24 the block has 8 rows for the 10 buckets from the
+			// body to the tail: each row holds two, the lowest ≤131us and
+			// ≤262us.
 			bodyLabel := "≤131us"
 			if size[0] == 80 {
-				bodyLabel = "≤524us"
+				bodyLabel = "≤262us"
 			}
 			if body := heatRow(t, screen, "tcp-socket-read", bodyLabel); !strings.HasSuffix(body, strings.Repeat("█", refreshes)) {
 				t.Errorf("body row %q: want every refresh full", body)
