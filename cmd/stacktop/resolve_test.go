@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"encoding/csv"
 	"encoding/json"
+	"io"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/output"
@@ -25,44 +25,8 @@ const resolvedPeer, resolvedName = "127.0.0.85", "stl-resolved-peer.test"
 func namedServer(t *testing.T) int {
 	t.Helper()
 	testenv.AddHosts(t, resolvedPeer+" "+resolvedName)
-	ln, err := net.Listen("tcp4", resolvedPeer+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	c, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done); c.Close() })
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-				c.Write([]byte("ping"))
-			}
-		}
-	}()
+	ln := testenv.ServeLocalTCP(t, resolvedPeer+":0", func(c net.Conn) { io.Copy(io.Discard, c) })
+	keepSending(t, ln.Addr().String(), 64)
 	return ln.Addr().(*net.TCPAddr).Port
 }
 

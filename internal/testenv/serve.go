@@ -20,7 +20,14 @@ func (p *Peer) ServeTCP(t testing.TB, addr string, handle func(net.Conn)) *net.T
 // port of the kernel's choosing.
 func ServeLoopbackTCP(t testing.TB, handle func(net.Conn)) *net.TCPListener {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return ServeLocalTCP(t, "127.0.0.1:0", handle)
+}
+
+// ServeLocalTCP is ServeLoopbackTCP on addr, an address of this namespace
+// (127.0.0.0/8 is all loopback).
+func ServeLocalTCP(t testing.TB, addr string, handle func(net.Conn)) *net.TCPListener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,15 @@ import (
 
 func newFixtureModel(t *testing.T, w, h int) *Model {
 	t.Helper()
-	m := NewModel(fixtureHeader, Sort{})
+	return newModelOf(t, fixtureHeader, fixture(), w, h)
+}
+
+// newModelOf is a w×h screen of snap under header h.
+func newModelOf(t *testing.T, header Header, snap conn.Snapshot, w, h int) *Model {
+	t.Helper()
+	m := NewModel(header, Sort{})
 	m.Resize(w, h)
-	m.Update(fixture())
+	m.Update(snap)
 	return m
 }
 

@@ -33,10 +33,7 @@ func namedFixture() conn.Snapshot {
 
 func newNamedModel(t *testing.T, w, h int) *Model {
 	t.Helper()
-	m := NewModel(resolveHeader, Sort{})
-	m.Resize(w, h)
-	m.Update(namedFixture())
-	return m
+	return newModelOf(t, resolveHeader, namedFixture(), w, h)
 }
 
 // TestHostColumn: with --resolve the Host column follows Remote in the
