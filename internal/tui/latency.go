@@ -71,6 +71,9 @@ func heatLevel(count, total uint64) int {
 // latencyLines draws the latency view's body in exactly n lines of width
 // cells: one block per probe series (from the offset-th), then the legend.
 func (m *Model) latencyLines(t *Theme, n, width int) []string {
+	if n <= 0 {
+		return nil
+	}
 	var lines []string
 	h := &m.latency
 	switch {
@@ -183,7 +186,7 @@ func (m *Model) latencyBody(t *Theme, n int) []string {
 		for i := range left {
 			pad := m.width - pane - ansi.StringWidth(left[i])
 			if i < len(right) {
-				left[i] += strings.Repeat(" ", pad) + ansi.Truncate(right[i], pane, ellipsis)
+				left[i] += strings.Repeat(" ", pad) + right[i]
 			}
 		}
 		return left
@@ -196,6 +199,9 @@ func (m *Model) latencyBody(t *Theme, n int) []string {
 // (p99 read wait of the last refresh), worst first: at most n lines of
 // width cells, the remote endpoint abbreviated as the table does.
 func (m *Model) readWaitLines(n, width int) []string {
+	if n <= 0 {
+		return nil
+	}
 	worst := make([]*Row, 0, len(m.rows))
 	for i := range m.rows {
 		if m.rows[i].ReadWaitP99us > 0 {
@@ -214,6 +220,9 @@ func (m *Model) readWaitLines(n, width int) []string {
 		const waitAndProcess = 7 + 1 + 12 + 1
 		lines = append(lines, fmt.Sprintf("%7s %s %s", humanWait(r.ReadWaitP99us), cell(process, process.text(r), 12),
 			shorten(r.Remote, width-waitAndProcess, remote.cut)))
+	}
+	for i, l := range lines {
+		lines[i] = ansi.Truncate(l, width, ellipsis)
 	}
 	return lines
 }

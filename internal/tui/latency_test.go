@@ -218,3 +218,17 @@ func TestGoldenLatency(t *testing.T) {
 		})
 	}
 }
+
+// TestLatencyViewTinyTerminals: the latency view, with read wait, on
+// terminals too small for it still fills exactly the screen.
+func TestLatencyViewTinyTerminals(t *testing.T) {
+	h := latencyHeader
+	h.ReadWait = true
+	for _, size := range [][2]int{{40, 6}, {80, 5}, {80, 4}, {12, 8}, {200, 3}, {1, 1}} {
+		m := newLatencyModel(t, h, size[0], size[1], 5, 3)
+		press(m, "L")
+		checkScreen(t, m.Render(PlainTheme()), size[0], size[1])
+		press(m, "down", "down", "down")
+		checkScreen(t, m.Render(PlainTheme()), size[0], size[1])
+	}
+}

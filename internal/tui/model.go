@@ -110,6 +110,9 @@ func (m *Model) take(p prepared) {
 	if m.paused {
 		m.pending = p
 		m.latPending = append(m.latPending, p.latency)
+		if n := len(m.latPending); n > maxHistory { // older ones would scroll off anyway
+			m.latPending = slices.Delete(m.latPending, 0, n-maxHistory)
+		}
 		m.unseen++
 		return
 	}
