@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -10,16 +11,27 @@ import (
 const HostsFile = "/etc/hosts"
 
 // AddHosts appends lines ("address name") to /etc/hosts for the test's
-// life and restores the file as it was when the test ends.
+// life and restores the file as it was when the test ends (removes it when
+// there was none).
 func AddHosts(t testing.TB, lines ...string) {
 	t.Helper()
 	RequireRoot(t)
 	before, err := os.ReadFile(HostsFile)
-	if err != nil {
+	existed := err == nil
+	switch {
+	case os.IsNotExist(err): // the matrix guests have no /etc at all
+		if err := os.MkdirAll(filepath.Dir(HostsFile), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	case err != nil:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := os.WriteFile(HostsFile, before, 0o644); err != nil {
+		restore := func() error { return os.WriteFile(HostsFile, before, 0o644) }
+		if !existed {
+			restore = func() error { return os.Remove(HostsFile) }
+		}
+		if err := restore(); err != nil {
 			t.Errorf("restoring %s: %v", HostsFile, err)
 		}
 	})
