@@ -48,7 +48,10 @@ func TestLatencyDeltaCountsEachInterval(t *testing.T) {
 			}
 			next := func() intervalRecord {
 				select {
-				case line := <-lines:
+				case line, ok := <-lines:
+					if !ok {
+						t.Fatalf("stacktop latency exited early: %v (its stderr is above)", cmd.Wait())
+					}
 					return parse(line)
 				case <-time.After(startTimeout):
 					t.Fatalf("no record within %v", startTimeout)
