@@ -21,6 +21,7 @@ import (
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/runopts"
@@ -35,6 +36,8 @@ type latencyFlags struct {
 	groupProcess  bool
 	debugCounters bool
 	slow          slowFlags
+	delta         bool // --delta: each report counts its own interval
+	summary       bool // --summary: one line per series
 }
 
 // maxSampleEvery bounds --sample: beyond a million, a busy host's histograms
@@ -79,7 +82,10 @@ func newLatencyCmd() *cobra.Command {
 		Long: `latency measures, in the kernel, how long received packets have been inside the
 host network stack when they reach each layer (now - the packet's RX software
 timestamp) and prints log2 histograms every --interval and once more on exit.
-Counts are cumulative since start. Probes, from the wire up:
+Counts are cumulative since start; with --delta each report counts only its
+own interval (the first, since start). --summary prints one line per probe
+instead: count, p50, p99 and max, each the bound of its log2 bucket.
+Probes, from the wire up:
 
   ip-start             reached IP (netfilter PRE_ROUTING, first priority)
   tcp-start/udp-start  reached TCP/UDP (netfilter LOCAL_IN, last priority)
@@ -114,6 +120,7 @@ alone. See docs/LATENCY.md.`,
   stacktop latency -e tcp-socket-read --slow 50ms   # which reads waited over 50ms
   stacktop latency -e tracepoint:net:netif_receive_skb # only there: the backlog queue
   stacktop latency --at fentry:ip_local_deliver     # the seven probes and one more
+  stacktop latency --delta --summary -r 1 # one line per probe per second
   stacktop latency -l                    # probes and the backend each uses`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLatency(cmd, &f) },
@@ -124,6 +131,8 @@ alone. See docs/LATENCY.md.`,
 	f.probes.register(fs)
 	fs.BoolVarP(&f.groupProcess, "group-by-process", "P", false, "one histogram per reading process, pid and comm (socket-read probes; the others under pid 0)")
 	fs.BoolVar(&f.debugCounters, "debug-counters", false, "with each report, print per probe how many packets were recorded or skipped and why")
+	fs.BoolVar(&f.delta, "delta", false, "each report counts only its own interval, not everything since start")
+	fs.BoolVar(&f.summary, "summary", false, "one line per probe: count, p50, p99, max (log2 bucket bounds)")
 	f.slow.register(fs)
 	return cmd
 }
@@ -187,6 +196,10 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 	defer tr.Close()
 	var warned uint64
 	var mu sync.Mutex // one report or slow event at a time
+	rep := reporter{format: f.run.Format, summary: f.summary, counters: f.debugCounters}
+	if f.delta {
+		rep.intervals = &latency.Intervals{}
+	}
 	var slow *slowPrinter
 	if cfg.Slow > 0 {
 		slow = startSlowPrinter(tr, out, f.run.Format, &mu)
@@ -199,7 +212,7 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if err := report(out, tr, f.run.Format, f.debugCounters); err != nil {
+		if err := rep.report(out, tr); err != nil {
 			return err
 		}
 		if slow != nil {
@@ -234,23 +247,43 @@ func warnDropped(tr *latency.Tracer, already uint64) uint64 {
 	return dropped
 }
 
+// reporter prints the reports of one run of latency.
+type reporter struct {
+	format    string
+	summary   bool               // --summary
+	counters  bool               // --debug-counters
+	intervals *latency.Intervals // --delta, else nil
+}
+
+func (r reporter) writer() func(io.Writer, time.Time, []hist.Series) error {
+	switch {
+	case r.summary && r.format == "json":
+		return latency.WriteSummaryJSON
+	case r.summary:
+		return latency.WriteSummaryText
+	case r.format == "json":
+		return latency.WriteJSON
+	}
+	return latency.WriteText
+}
+
 // report prints the histograms (and the debug counters when asked) once.
-func report(w io.Writer, tr *latency.Tracer, format string, withCounters bool) error {
+func (r reporter) report(w io.Writer, tr *latency.Tracer) error {
 	now := time.Now()
 	series, err := tr.Read()
 	if err != nil {
 		return err
 	}
-	write := latency.WriteText
-	if format == "json" {
-		write = latency.WriteJSON
+	if r.intervals != nil {
+		series = r.intervals.Next(series)
 	}
-	if err := write(w, now, series); err != nil {
+	if err := r.writer()(w, now, series); err != nil {
 		return err
 	}
-	if !withCounters {
+	if !r.counters {
 		return nil
 	}
+	format := r.format
 	counters, err := tr.Counters()
 	if err != nil {
 		return err

@@ -284,11 +284,19 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 		return fromFlags, nil
 	case o.latencyProbes == nil:
 		return serveDefaultProbes, nil
-	case list == "all":
+	}
+	return parseProbeList(o.latencyProbes)
+}
+
+// parseProbeList reads a --latency.probes value (serve, top): probe names,
+// or all.
+func parseProbeList(names []string) (latency.HookSet, error) {
+	list := strings.Join(names, ",")
+	if list == "all" {
 		return latency.AllHooks, nil
 	}
 	var set latency.HookSet
-	for _, name := range o.latencyProbes {
+	for _, name := range names {
 		h, err := latency.ParseHook(name)
 		if err != nil {
 			return 0, clierr.Usage("latency.probes", name, "%v, or all", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/privilege"
 	"github.com/stacktop/stacktop/internal/readwait"
+	"github.com/stacktop/stacktop/internal/resolve"
 	"github.com/stacktop/stacktop/internal/runopts"
 )
 
@@ -43,6 +44,10 @@ type connFlags struct {
 	// noSummary leaves out the text footer of each refresh unless it
 	// reports a loss (top's -S, as bcc's tcptop).
 	noSummary bool
+	resolve   bool // --resolve: name remote addresses
+	// latencyHooks are the stack-latency probes top's latency view shows
+	// (top --latency); one tracer runs them and read wait's.
+	latencyHooks latency.HookSet
 }
 
 func (f *connFlags) register(fs *pflag.FlagSet) {
@@ -54,6 +59,8 @@ func (f *connFlags) register(fs *pflag.FlagSet) {
 	registerMaxTracked(fs, &f.maxConn, "max-tracked")
 	cliflag.Aliases(fs, map[string]string{"max-connections": "max-tracked"})
 	f.pods.Register(fs)
+	fs.BoolVar(&f.resolve, "resolve", false,
+		"name remote addresses through the system resolver (/etc/hosts, then DNS), in the background: remote_host, the TUI's Host column")
 	fs.BoolVar(&f.readWait, "read-wait", false,
 		"also measure how long each connection's received data waited until its application read it (read_wait_* fields; runs the socket-read latency probes)")
 }
@@ -109,7 +116,11 @@ func (f *connFlags) config() (conntrack.Config, error) {
 	if err != nil {
 		return conntrack.Config{}, err
 	}
-	return conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods, Backend: backend}, nil
+	cfg := conntrack.Config{UDPIdle: f.udpIdle, Filter: filter, MaxConnections: f.maxConn, Pods: pods, Backend: backend}
+	if f.resolve {
+		cfg.Hosts = resolve.New()
+	}
+	return cfg, nil
 }
 
 func newStreamCmd() *cobra.Command {
@@ -136,7 +147,7 @@ their final totals [CLOSED], and connections that existed before start-up
 
 // stream runs the tracker and writes a snapshot every refresh.
 func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
-	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
+	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer, _ *latency.Tracer) error {
 		writers := append([]output.Writer{output.New(f.run.Format, stdout, !f.noSummary)}, logs...)
 		var records []conn.Record // written, then lent back for the next refresh
 		return f.run.Loop(ctx, func(bool) error {
@@ -153,12 +164,13 @@ func (f *connFlags) stream(ctx context.Context, stdout io.Writer) error {
 // track validates the flags, checks privileges, opens the --log file and
 // the tracker, and lends them to use until it returns. use's ctx ends on
 // SIGINT, SIGTERM or SIGHUP.
-func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntrack.Tracker, []output.Writer) error) error {
+func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntrack.Tracker, []output.Writer, *latency.Tracer) error) error {
 	cfg, err := f.config()
 	if err != nil {
 		return err
 	}
-	if err := privilege.Check(connNeeds); err != nil {
+	latencyCfg := f.latencyConfig(cfg)
+	if err := privilege.Check(append([]privilege.Need{connNeeds}, latencyNeeds(latencyCfg)...)...); err != nil {
 		return err
 	}
 	var logs []output.Writer
@@ -170,16 +182,18 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 		defer l.Close()
 		logs = append(logs, l)
 	}
-	if f.readWait {
-		tracer, err := latency.Start(readWaitConfig(cfg))
-		if err != nil {
-			return fmt.Errorf("--read-wait: %w (see `stacktop doctor`)", err)
+	var tracer *latency.Tracer
+	if latencyCfg.Hooks != 0 {
+		if tracer, err = latency.Start(latencyCfg); err != nil {
+			return fmt.Errorf("%s: %w (see `stacktop doctor`)", f.latencyFlag(), err)
 		}
 		defer tracer.Close()
 		for _, c := range tracer.Choices() {
-			slog.Info("read-wait hook attached", "hook", c.Hook, "backend", c.Backend)
+			slog.Info("latency hook attached", "hook", c.Hook, "backend", c.Backend)
 		}
-		cfg.ReadWait = readwait.New(tracer)
+		if f.readWait {
+			cfg.ReadWait = readwait.New(tracer)
+		}
 	}
 	t, err := conntrack.Open(cfg)
 	if err != nil {
@@ -191,7 +205,28 @@ func (f *connFlags) track(ctx context.Context, use func(context.Context, *conntr
 	}
 	ctx, stop := runopts.SignalContext(ctx)
 	defer stop()
-	return use(ctx, t, logs)
+	return use(ctx, t, logs, tracer)
+}
+
+// latencyConfig is the latency tracer of top --latency and --read-wait
+// together: the probes of either, read wait's histograms per socket only
+// with --read-wait. No hooks: neither is on.
+func (f *connFlags) latencyConfig(c conntrack.Config) latency.Config {
+	cfg := latency.Config{Backend: c.Backend, Hooks: f.latencyHooks}
+	if f.readWait {
+		rw := readWaitConfig(c)
+		cfg.Hooks |= rw.Hooks
+		cfg.ReadWait, cfg.MaxSockets = true, rw.MaxSockets
+	}
+	return cfg
+}
+
+// latencyFlag names the flag that started the latency tracer, for errors.
+func (f *connFlags) latencyFlag() string {
+	if f.latencyHooks != 0 {
+		return "--latency"
+	}
+	return "--read-wait"
 }
 
 // readWaitConfig is the latency tracer behind --read-wait: the socket-read

@@ -18,6 +18,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/output"
 	"github.com/stacktop/stacktop/internal/tui"
 )
@@ -60,6 +61,8 @@ func makeTop(cmd *cobra.Command) {
 	cliflag.Enum(fs, "sort", tui.SortKeys()...)
 	noClear := fs.BoolP("noclear", "C", false, "do not clear the screen: print each refresh as stream does (bcc tcptop's -C)")
 	fs.BoolVarP(&f.noSummary, "nosummary", "S", false, "leave out the summary line of each refresh unless it reports lost events (printed text only)")
+	var lat topLatencyFlags
+	lat.register(fs)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := positionalRunArgs(cmd.Flags(), args); err != nil {
 			return err
@@ -68,8 +71,14 @@ func makeTop(cmd *cobra.Command) {
 		if err != nil {
 			return err
 		}
+		if f.latencyHooks, err = lat.hooks(cmd.Flags()); err != nil {
+			return err
+		}
 		if sort.Column == tui.ColReadWait && !f.readWait {
 			return clierr.Usage("sort", *sortFlag, "sorts by read wait, which needs --read-wait")
+		}
+		if sort.Column == tui.ColHost && !f.resolve {
+			return clierr.Usage("sort", *sortFlag, "sorts by host name, which needs --resolve")
 		}
 		out := cmd.OutOrStdout()
 		live := isTerminal(out) && !*noClear
@@ -81,6 +90,7 @@ func makeTop(cmd *cobra.Command) {
 		case live:
 			return f.tui(cmd.Context(), sort)
 		}
+		f.latencyHooks = 0 // the latency view is the terminal's; stream prints connections
 		return f.stream(cmd.Context(), out)
 	}
 }
@@ -103,13 +113,17 @@ func positionalRunArgs(fs *pflag.FlagSet, args []string) error {
 // tui runs the interactive table; --log keeps receiving every refresh,
 // also while the display is paused.
 func (f *connFlags) tui(ctx context.Context, sort tui.Sort) error {
-	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer) error {
+	return f.track(ctx, func(ctx context.Context, t *conntrack.Tracker, logs []output.Writer, tracer *latency.Tracer) error {
 		host, _ := os.Hostname()
-		return tui.Run(ctx, t.Snapshot, tui.Options{
+		opts := tui.Options{
 			Host: host, Kernel: features.KernelRelease(), Backend: backends(t.Choices()),
-			Sort: sort, Refresh: f.run, ReadWait: f.readWait,
+			Sort: sort, Refresh: f.run, ReadWait: f.readWait, Resolve: f.resolve,
 			OnSnapshot: func(s conn.Snapshot) error { return writeAll(logs, s) },
-		})
+		}
+		if f.latencyHooks != 0 {
+			opts.Latency = tracer.Read
+		}
+		return tui.Run(ctx, t.Snapshot, opts)
 	})
 }
 

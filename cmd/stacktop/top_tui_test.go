@@ -262,14 +262,22 @@ func serveInPeer(t *testing.T) int {
 	t.Helper()
 	peer := testenv.NewPeer(t, "stt-tui", 131)
 	ln := peer.ServeTCP(t, "198.18.131.2:0", func(c net.Conn) { io.Copy(io.Discard, c) })
-	c, err := net.Dial("tcp4", ln.Addr().String())
+	keepSending(t, ln.Addr().String(), 64<<10)
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// keepSending connects to addr and writes size bytes every 20 ms until the
+// test ends.
+func keepSending(t *testing.T, addr string, size int) {
+	t.Helper()
+	c, err := net.Dial("tcp4", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done); c.Close() })
 	go func() {
-		chunk := make([]byte, 64<<10)
+		chunk := make([]byte, size)
 		for {
 			select {
 			case <-done:
@@ -281,7 +289,6 @@ func serveInPeer(t *testing.T) int {
 			}
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // logRows counts the CSV log's rows for connections to port.

@@ -34,6 +34,7 @@ type Record struct {
 	LocalPort  uint16     `json:"local_port"`
 	RemoteAddr netip.Addr `json:"remote_addr"`
 	RemotePort uint16     `json:"remote_port"`
+	RemoteHost string     `json:"remote_host"` // the remote address's name (--resolve), "" when unknown or not asked
 	PID        uint32     `json:"pid"`
 	Comm       string     `json:"comm"`
 	Cgroup     string     `json:"cgroup"`

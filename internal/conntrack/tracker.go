@@ -9,6 +9,7 @@ package conntrack
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -63,7 +64,14 @@ type Config struct {
 	// costs a sort, a fifth of the tracker's CPU time under connection
 	// churn.
 	Unordered bool
+	// Hosts names the remote address of each record the filter selects
+	// (--resolve; internal/resolve), without waiting for a lookup; nil
+	// names none.
+	Hosts HostNamer
 }
+
+// HostNamer names an address at once, "" while its name is unknown.
+type HostNamer interface{ Name(netip.Addr) string }
 
 // ValidMaxConnections reports why n cannot be a table size, or nil.
 func ValidMaxConnections(n int) error {
@@ -280,6 +288,9 @@ func (t *Tracker) SnapshotInto(records []conn.Record) (conn.Snapshot, error) {
 			rw.Fill(r)
 		}
 		if t.cfg.Filter.Match(r) {
+			if t.cfg.Hosts != nil {
+				r.RemoteHost = t.cfg.Hosts.Name(r.RemoteAddr)
+			}
 			snap.Records = append(snap.Records, *r)
 		}
 	}

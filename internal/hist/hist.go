@@ -47,6 +47,45 @@ func total(buckets []uint64) uint64 {
 	return n
 }
 
+// Since returns what h recorded after prev was read from the same series:
+// h - prev, bucket by bucket. A series whose counts went down was removed
+// and created again in between (its map entry evicted), so all of h is new.
+func (h *Histogram) Since(prev *Histogram) Histogram {
+	d := *h
+	for i, c := range prev.Buckets {
+		if h.Buckets[i] < c {
+			return *h
+		}
+		d.Buckets[i] -= c
+	}
+	d.Sum -= min(prev.Sum, h.Sum)
+	return d
+}
+
+// QuantileSlot returns the bucket holding the sample of rank ⌈q·count⌉
+// (0 < q ≤ 1; q = 1 is the highest non-empty bucket), or -1 without
+// samples. A log2 histogram knows no more than that bucket: the quantile
+// is at most its UpperBound, and above UpperBound(slot-1).
+func (h *Histogram) QuantileSlot(q float64) int { return rankSlot(h.Buckets[:], q) }
+
+// rankSlot is the index of the bucket holding the sample of rank
+// ⌈q·count⌉, or -1 when the buckets are empty.
+func rankSlot(buckets []uint64, q float64) int {
+	n := total(buckets)
+	if n == 0 {
+		return -1
+	}
+	rank := min(max(uint64(math.Ceil(q*float64(n))), 1), n)
+	var seen uint64
+	for i, c := range buckets {
+		seen += c
+		if seen >= rank {
+			return i
+		}
+	}
+	return len(buckets) - 1 // not reached
+}
+
 // Add merges o into h (used to sum per-CPU copies).
 func (h *Histogram) Add(o *Histogram) {
 	for i, c := range o.Buckets {
@@ -132,21 +171,12 @@ func (w *Wait) Max() uint64 {
 // (the last bucket has no upper bound: it holds every larger value). 0
 // without samples.
 func (w *Wait) Quantile(q float64) uint64 {
-	n := w.Count()
-	if n == 0 {
+	j := rankSlot(w.Buckets[:], q)
+	switch j {
+	case -1:
 		return 0
+	case WaitBuckets - 1:
+		return w.Max()
 	}
-	rank := min(max(uint64(math.Ceil(q*float64(n))), 1), n)
-	largest := w.Max()
-	var seen uint64
-	for j, c := range w.Buckets {
-		seen += c
-		if seen >= rank {
-			if j == WaitBuckets-1 {
-				return largest
-			}
-			return min(WaitUpperBound(j), largest)
-		}
-	}
-	return largest // not reached
+	return min(WaitUpperBound(j), w.Max())
 }

@@ -66,3 +66,38 @@ func TestWaitQuantiles(t *testing.T) {
 		t.Errorf("wait bounds %d … %d, want 2^10 … 2^%d ns", WaitUpperBound(0), WaitUpperBound(WaitBuckets-1), MaxSlot)
 	}
 }
+
+// TestSince: the difference of two reads of one series, and all of the
+// newer read when the series was created again in between.
+func TestSince(t *testing.T) {
+	var before, after Histogram
+	before.Buckets[3], before.Buckets[10], before.Sum = 2, 1, 520
+	after.Buckets[3], after.Buckets[10], after.Buckets[20], after.Sum = 5, 1, 4, 1_049_620
+	d := after.Since(&before)
+	if d.Buckets[3] != 3 || d.Buckets[10] != 0 || d.Buckets[20] != 4 || d.Count() != 7 || d.Sum != 1_049_100 {
+		t.Errorf("after.Since(before) = %v sum %d", d.Buckets, d.Sum)
+	}
+	var recreated Histogram
+	recreated.Buckets[3], recreated.Sum = 1, 5
+	if d := recreated.Since(&before); d != recreated {
+		t.Errorf("a series that went down must count from zero: %v", d.Buckets)
+	}
+}
+
+// TestQuantileSlot: the bucket of the sample of rank ⌈q·count⌉, counted by
+// hand over 100 samples: 50 in bucket 4, 49 in bucket 12, 1 in bucket 30.
+func TestQuantileSlot(t *testing.T) {
+	var h Histogram
+	if got := h.QuantileSlot(0.5); got != -1 {
+		t.Fatalf("empty histogram: slot %d, want -1", got)
+	}
+	h.Buckets[4], h.Buckets[12], h.Buckets[30] = 50, 49, 1
+	for _, tc := range []struct {
+		q    float64
+		want int
+	}{{0.5, 4}, {0.51, 12}, {0.99, 12}, {0.995, 30}, {1, 30}} {
+		if got := h.QuantileSlot(tc.q); got != tc.want {
+			t.Errorf("QuantileSlot(%g) = %d, want %d", tc.q, got, tc.want)
+		}
+	}
+}

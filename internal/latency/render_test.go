@@ -109,3 +109,51 @@ func TestSampledSeriesSaySo(t *testing.T) {
 		}
 	}
 }
+
+// TestIntervals: each read yields what was added since the previous one,
+// per series (the same hook on two interfaces are two series), and a series
+// seen for the first time counts from zero.
+func TestIntervals(t *testing.T) {
+	series := func(lo, eth uint64) []hist.Series {
+		var a, b hist.Histogram
+		a.Buckets[10], b.Buckets[20] = lo, eth
+		return []hist.Series{{Hook: "tcp-start", Iface: "lo", Hist: a}, {Hook: "tcp-start", Iface: "eth0", Hist: b}}
+	}
+	var iv Intervals
+	for i, tc := range []struct{ lo, eth, wantLo, wantEth uint64 }{
+		{5, 0, 5, 0}, {5, 3, 0, 3}, {9, 3, 4, 0},
+	} {
+		got := iv.Next(series(tc.lo, tc.eth))
+		if got[0].Hist.Count() != tc.wantLo || got[1].Hist.Count() != tc.wantEth || got[0].Iface != "lo" {
+			t.Errorf("read %d: lo %d eth0 %d, want %d and %d", i, got[0].Hist.Count(), got[1].Hist.Count(), tc.wantLo, tc.wantEth)
+		}
+	}
+}
+
+// TestSummaryLines: one line per series with count, p50, p99 and max as
+// bucket bounds, in text and JSON; an empty series says "-" (JSON: 0).
+func TestSummaryLines(t *testing.T) {
+	var h hist.Histogram
+	h.Buckets[12], h.Buckets[14], h.Buckets[hist.MaxSlot] = 98, 1, 1 // 100 samples
+	series := []hist.Series{{Hook: "tcp-socket-read", Iface: "lo", Hist: h}, {Hook: "udp-socket-read"}}
+	var text bytes.Buffer
+	if err := WriteSummaryText(&text, time.Unix(0, 0).UTC(), series); err != nil {
+		t.Fatal(err)
+	}
+	want := "1970-01-01T00:00:00Z\n" +
+		"PROBE                          COUNT  P50     P99      MAX\n" +
+		"tcp-socket-read, interface=lo  100    ≤4.1us  ≤16.4us  >8.59s\n" +
+		"udp-socket-read                0      -       -        -\n\n"
+	if text.String() != want {
+		t.Errorf("text summary:\n%s\nwant:\n%s", text.String(), want)
+	}
+	var js bytes.Buffer
+	if err := WriteSummaryJSON(&js, time.Unix(0, 0).UTC(), series); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON := `{"ts":"1970-01-01T00:00:00Z","hook":"tcp-socket-read","iface":"lo","count":100,"p50_ns":4096,"p99_ns":16384,"max_ns":17179869184}` + "\n" +
+		`{"ts":"1970-01-01T00:00:00Z","hook":"udp-socket-read","count":0,"p50_ns":0,"p99_ns":0,"max_ns":0}` + "\n"
+	if js.String() != wantJSON {
+		t.Errorf("JSON summary:\n%s\nwant:\n%s", js.String(), wantJSON)
+	}
+}

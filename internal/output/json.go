@@ -97,6 +97,8 @@ func (j *JSON) appendRecord(b []byte, r *conn.Record) ([]byte, error) {
 	b = r.RemoteAddr.AppendTo(b)
 	b = append(b, `","remote_port":`...)
 	b = strconv.AppendUint(b, uint64(r.RemotePort), 10)
+	b = append(b, `,"remote_host":`...)
+	b = appendString(b, r.RemoteHost)
 	b = append(b, `,"pid":`...)
 	b = strconv.AppendUint(b, uint64(r.PID), 10)
 	b = append(b, `,"comm":`...)

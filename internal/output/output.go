@@ -83,6 +83,9 @@ func TextLine(r *conn.Record) string {
 		line += fmt.Sprintf(" wait p50 %s p99 %s max %s (%d reads)", Micros(r.ReadWaitP50us),
 			Micros(r.ReadWaitP99us), Micros(r.ReadWaitMaxus), r.ReadWaitSamples)
 	}
+	if r.RemoteHost != "" {
+		line += " host " + termsafe.String(r.RemoteHost)
+	}
 	if r.Pod != "" {
 		line += fmt.Sprintf(" pod %s/%s/%s", termsafe.String(r.Namespace), termsafe.String(r.Pod), orDash(termsafe.String(r.Container)))
 	}

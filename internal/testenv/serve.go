@@ -25,7 +25,8 @@ func ServeLoopbackTCP(t testing.TB, handle func(net.Conn)) *net.TCPListener {
 	return ServeLocalTCP(t, "127.0.0.1:0", handle)
 }
 
-// ServeLocalTCP is ServeTCP on addr (such as [::1]:0) in our own namespace.
+// ServeLocalTCP is ServeLoopbackTCP on addr (such as [::1]:0), an address
+// of this namespace (127.0.0.0/8 is all loopback).
 func ServeLocalTCP(t testing.TB, addr string, handle func(net.Conn)) *net.TCPListener {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)

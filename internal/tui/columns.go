@@ -37,6 +37,7 @@ const (
 	ColPod        ColumnID = "pod"
 	ColConns      ColumnID = "conns"
 	ColReadWait   ColumnID = "read-wait" // p99 read wait; only with --read-wait
+	ColHost       ColumnID = "host"      // the remote address's name; only with --resolve
 )
 
 // cutMode says which end of a too-long cell gives way.
@@ -44,7 +45,7 @@ type cutMode int
 
 const (
 	cutEnd  cutMode = iota // names: the start is what people recognise
-	cutHost                // endpoints: the port must survive, the host shrinks
+	cutAddr                // addresses and endpoints: never cut; IPv6 gives up middle groups, the port stays
 	cutHead                // cgroup paths: the leaf (container, unit) is the informative part
 )
 
@@ -54,7 +55,8 @@ type column struct {
 	title string
 	key   string // sort key, "" when the column is only sortable from its header
 	// minWidth is how narrow a text column may be squeezed (with an
-	// ellipsis); numeric columns are never squeezed, only dropped.
+	// ellipsis); numeric columns are never squeezed, only dropped, and
+	// address columns only as far as their least legible cell (addrWidth).
 	minWidth  int
 	maxWidth  int
 	right     bool // numbers align right
@@ -69,7 +71,20 @@ type column struct {
 	counter func(*Row) uint64
 }
 
-func (c *column) squeezable() bool { return c.minWidth > 0 }
+// width is how wide the cell with text would like to be, and how narrow it
+// may become.
+type width struct{ natural, least int }
+
+func (c *column) cellWidth(text string) width {
+	w := textWidth(text)
+	switch {
+	case c.cut == cutAddr:
+		return width{w, addrWidth(text)}
+	case c.minWidth > 0:
+		return width{w, min(c.minWidth, w)}
+	}
+	return width{w, w}
+}
 
 // Widest texts of the bounded formats: "999B/s" < "1.23MiB/s", "12.4 ms".
 const (
@@ -111,10 +126,10 @@ var columns = func() map[ColumnID]*column {
 	all := []*column{
 		textColumn(ColProto, "Proto", "P", func(r *Row) string { return r.Proto }),
 		with(textColumn(ColLocal, "Local", "a", func(r *Row) string { return r.Local }), func(c *column) {
-			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(local)
+			c.maxWidth, c.cut, c.compare = 47, cutAddr, byEndpoint(local)
 		}),
 		with(textColumn(ColRemote, "Remote", "A", func(r *Row) string { return r.Remote }), func(c *column) {
-			c.minWidth, c.maxWidth, c.cut, c.compare = 15, 47, cutHost, byEndpoint(remote)
+			c.maxWidth, c.cut, c.compare = 47, cutAddr, byEndpoint(remote)
 		}),
 		with(counterColumn(ColPID, "PID", "p", func(r *Row) uint32 { return r.PID }), func(c *column) {
 			c.descFirst, c.text = false, func(r *Row) string { return pidText(r.PID) }
@@ -140,6 +155,10 @@ var columns = func() map[ColumnID]*column {
 		with(textColumn(ColPod, "Pod", "", podText), func(c *column) { c.minWidth, c.maxWidth = 8, 60 }),
 		counterColumn(ColConns, "Conns", "", func(r *Row) int { return r.Conns }),
 		formattedColumn(ColReadWait, "Wait p99", "w", rttWidth, func(r *Row) uint64 { return r.ReadWaitP99us }, humanWait),
+		with(textColumn(ColHost, "Host", "", func(r *Row) string { return r.RemoteHost }), func(c *column) {
+			c.minWidth, c.maxWidth = 8, 40
+			c.text = func(r *Row) string { return orDash(termsafe.String(r.RemoteHost)) }
+		}),
 	}
 	byID := make(map[ColumnID]*column, len(all))
 	for _, c := range all {
@@ -148,38 +167,47 @@ var columns = func() map[ColumnID]*column {
 	return byID
 }()
 
-// contentWidth is the width of the column's widest cell among rows.
-func (c *column) contentWidth(rows []*Row) int {
+// contentWidth is the width of the column's widest cell among rows, and
+// the least width that still shows every cell legibly.
+func (c *column) contentWidth(rows []*Row) width {
 	switch {
 	case c.fixed > 0:
-		return c.fixed
+		return width{c.fixed, c.fixed}
 	case c.counter != nil:
 		var most uint64
 		for _, r := range rows {
 			most = max(most, c.counter(r))
 		}
-		return len(countText(most))
+		n := len(countText(most))
+		return width{n, n}
 	}
-	w := 0
+	var w width
 	for _, r := range rows {
-		w = max(w, textWidth(c.text(r)))
+		cw := c.cellWidth(c.text(r))
+		w.natural, w.least = max(w.natural, cw.natural), max(w.least, cw.least)
 	}
 	return w
 }
 
-// naturalWidth is the width the column would like: its widest cell or its
-// title (with the sort arrow when sorted), within its maximum.
-func (c *column) naturalWidth(content int, sorted bool) int {
+// fitWidth is the width the column would like: its widest cell or its
+// title (with the sort arrow when sorted), within its maximum; and the
+// least it can be given.
+func (c *column) fitWidth(content width, sorted bool) width {
 	title := textWidth(c.title)
 	if sorted {
 		title++
 	}
-	w := max(content, title)
+	w := max(content.natural, title)
 	if c.maxWidth > 0 {
 		w = min(w, c.maxWidth)
 	}
-	return w
+	if !c.squeezable() {
+		return width{w, w}
+	}
+	return width{w, min(content.least, w)}
 }
+
+func (c *column) squeezable() bool { return c.minWidth > 0 || c.cut == cutAddr }
 
 func by[T cmp.Ordered](field func(*Row) T) func(a, b *Row) int {
 	return func(a, b *Row) int { return cmp.Compare(field(a), field(b)) }
@@ -203,6 +231,9 @@ type view struct {
 	// tieBreak orders rows whose sort keys are equal, so equal rows never
 	// swap places between refreshes or when the direction flips.
 	tieBreak func(a, b *Row) int
+	// group sums the (filtered) connections into this view's rows; nil
+	// shows each connection.
+	group func([]*Row) []Row
 }
 
 var (
@@ -210,7 +241,7 @@ var (
 		name:     "connections",
 		columns:  []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT},
 		extra:    []ColumnID{ColBytesIn, ColBytesOut, ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColPod, ColCgroup},
-		priority: []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn, ColRateOut, ColPID, ColState, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup, ColProto},
+		priority: []ColumnID{ColRemote, ColLocal, ColProcess, ColRateIn, ColRateOut, ColRTT, ColPID, ColState, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup, ColProto},
 		tieBreak: func(a, b *Row) int {
 			return cmp.Or(cmp.Compare(a.Proto, b.Proto),
 				columns[ColLocal].compare(a, b), columns[ColRemote].compare(a, b),
@@ -223,14 +254,25 @@ var (
 		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn, ColRTT, ColPod, ColCgroup},
 		priority: []ColumnID{ColProcess, ColPID, ColRateIn, ColRateOut, ColConns, ColBytesIn, ColBytesOut, ColRetrans, ColRTT, ColPacketsIn, ColPacketsOut, ColDropsIn, ColPod, ColCgroup},
 		tieBreak: func(a, b *Row) int { return cmp.Compare(a.PID, b.PID) },
+		group:    perProcess,
+	}
+	hostView = &view{
+		name:     "remote hosts",
+		columns:  []ColumnID{ColRemote, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColRTT},
+		extra:    []ColumnID{ColPacketsIn, ColPacketsOut, ColRetrans, ColDropsIn},
+		priority: []ColumnID{ColRemote, ColRateIn, ColRateOut, ColConns, ColRTT, ColBytesIn, ColBytesOut, ColRetrans, ColPacketsIn, ColPacketsOut, ColDropsIn},
+		tieBreak: func(a, b *Row) int { return a.RemoteAddr.Compare(b.RemoteAddr) },
+		group:    perHost,
 	}
 )
 
 // Read wait on (--read-wait), the views show each connection's p99 read
-// wait after its RTT, and each process's worst beside its rates.
+// wait after its RTT, each process's worst beside its rates, and each
+// remote host's worst after its RTT.
 var (
 	connViewRW    = withColumn(connView, ColReadWait, ColRTT, ColRTT)
 	processViewRW = withColumn(processView, ColReadWait, ColRateOut, ColConns)
+	hostViewRW    = withColumn(hostView, ColReadWait, ColRTT, ColRTT)
 )
 
 // withColumn is v with column id after screen column `after` and priority
@@ -277,7 +319,7 @@ func SortKeys() []string {
 	for _, id := range connView.visible(true) {
 		ids = append(ids, string(id))
 	}
-	return append(ids, string(ColConns), string(ColReadWait))
+	return append(ids, string(ColConns), string(ColReadWait), string(ColHost))
 }
 
 // ParseSort reads a --sort value: a column name (see SortColumns), optionally

@@ -58,8 +58,8 @@ func humanRTT(us uint32) string {
 func humanWait(us uint64) string { return humanRTT(uint32(min(us, 1<<32-1))) }
 
 // endpoint renders addr:port the way ss does: IPv6 in brackets, the
-// wildcard address and port as "*".
-func endpoint(addr netip.Addr, port uint16) string {
+// wildcard address as "*"; port is portText's or a service name.
+func endpoint(addr netip.Addr, port string) string {
 	host := "*"
 	if addr.IsValid() && !addr.IsUnspecified() {
 		host = addr.Unmap().String()
@@ -67,10 +67,15 @@ func endpoint(addr netip.Addr, port uint16) string {
 			host = "[" + host + "]"
 		}
 	}
+	return host + ":" + port
+}
+
+// portText is a port number, "*" for the wildcard port.
+func portText(port uint16) string {
 	if port == 0 {
-		return host + ":*"
+		return "*"
 	}
-	return host + ":" + strconv.Itoa(int(port))
+	return strconv.Itoa(int(port))
 }
 
 func pidText(pid uint32) string {

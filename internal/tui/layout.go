@@ -23,30 +23,25 @@ type layout struct {
 	widths []int
 }
 
-// fit chooses columns and widths for a terminal width. natural holds each
-// candidate's widest cell (title included). Columns are taken in priority
-// order, the sorted column first so the order on screen is always
-// explained; each needs its minimum width (its natural width unless it is a
-// squeezable text column). Space left over then goes, a cell at a time and
-// round-robin, to squeezed columns until they reach their natural width.
-func fit(v *view, ids []ColumnID, natural map[ColumnID]int, width int, sorted ColumnID) layout {
+// fit chooses columns and widths for a terminal width. widths holds each
+// candidate's natural width (widest cell, title included) and least width.
+// Columns are taken in priority order, the sorted column first so the order
+// on screen is always explained; each needs its least width. Space left
+// over then goes, a cell at a time and round-robin, to squeezed columns
+// until they reach their natural width.
+func fit(v *view, ids []ColumnID, widths map[ColumnID]width, termWidth int, sorted ColumnID) layout {
 	order := slices.Clone(v.priority)
 	if i := slices.Index(order, sorted); i > 0 {
 		order = slices.Insert(slices.Delete(order, i, i+1), 0, sorted)
 	}
-	minOf := func(c *column) int {
-		if c.squeezable() {
-			return min(c.minWidth, natural[c.id])
-		}
-		return natural[c.id]
-	}
+	minOf := func(c *column) int { return widths[c.id].least }
 	used := markerWidth
 	taken := make(map[ColumnID]bool)
 	for _, id := range order {
 		if !slices.Contains(ids, id) {
 			continue
 		}
-		if need := gap + minOf(columns[id]); used+need <= width {
+		if need := gap + minOf(columns[id]); used+need <= termWidth {
 			used += need
 			taken[id] = true
 		}
@@ -58,10 +53,10 @@ func fit(v *view, ids []ColumnID, natural map[ColumnID]int, width int, sorted Co
 			l.widths = append(l.widths, minOf(columns[id]))
 		}
 	}
-	for spare := width - used; spare > 0; {
+	for spare := termWidth - used; spare > 0; {
 		grew := false
 		for i, c := range l.cols {
-			if spare > 0 && l.widths[i] < natural[c.id] {
+			if spare > 0 && l.widths[i] < widths[c.id].natural {
 				l.widths[i]++
 				spare--
 				grew = true
@@ -113,10 +108,9 @@ func shorten(s string, width int, mode cutMode) string {
 	switch mode {
 	case cutHead:
 		return ansi.TruncateLeft(s, w-width+1, ellipsis)
-	case cutHost:
-		if i := strings.LastIndexByte(s, ':'); i > 0 && width >= len(s)-i+2 {
-			port := s[i:]
-			return ansi.Truncate(s[:i], width-len(port), ellipsis) + port
+	case cutAddr:
+		if a, ok := abbreviateAddr(s, width); ok {
+			return a
 		}
 	}
 	return ansi.Truncate(s, width, ellipsis)

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/resolve"
 )
 
 // Header is what the summary header says about the host and the collector.
@@ -20,6 +22,8 @@ type Header struct {
 	Host, Kernel, Backend string
 	Interval              time.Duration
 	ReadWait              bool // --read-wait: the read-wait column is shown
+	Latency               bool // --latency: the stack latency view (`L`) has data
+	Resolve               bool // --resolve: the Host column is shown
 }
 
 // Model is the state of the screen. Its methods are the only way to change
@@ -27,18 +31,18 @@ type Header struct {
 type Model struct {
 	header Header
 
-	snap      conn.Snapshot // on screen
-	sum       summary       // of snap, for the header
-	received  bool          // a snapshot has arrived
-	pending   prepared      // newest snapshot taken while paused
-	unseen    int           // snapshots taken while paused
-	rows      []Row         // one per record of snap
-	processes []Row         // per-process sums backing shown in the process view
-	shown     []*Row        // rows on the table, filtered and sorted
+	snap     conn.Snapshot // on screen
+	sum      summary       // of snap, for the header
+	received bool          // a snapshot has arrived
+	pending  prepared      // newest snapshot taken while paused
+	unseen   int           // snapshots taken while paused
+	rows     []Row         // one per record of snap
+	grouped  []Row         // per-process or per-host sums backing shown in those views
+	shown    []*Row        // rows on the table, filtered and sorted
 
 	view   *view
-	conns  *view // the two views: with the read-wait column when it is on
-	procs  *view
+	views  []*view // connections, processes, remote hosts (`g` cycles): with the read-wait column when it is on
+	conns  *view   // views[0]
 	sorts  map[*view]Sort
 	extra  bool // `c`: extra columns
 	paused bool
@@ -48,8 +52,16 @@ type Model struct {
 	cursor ColumnID // header selected with Tab/arrows
 	offset int      // first row on screen
 
+	latency     latencyHistory
+	latPending  [][]hist.Series // latency of refreshes taken while paused
+	showLatency bool            // `L`: the latency view instead of the table
+	latOffset   int             // first probe on screen in the latency view
+
+	services  resolve.Services // port names (/etc/services)
+	portNames bool             // `N`: endpoints show service names for ports
+
 	width, height int
-	content       map[ColumnID]int // widest cell per column, for the layout
+	content       map[ColumnID]width // widest and least cell per column, for the layout
 	layout        layout
 	hint          string // a one-key-press note in the status bar
 }
@@ -57,12 +69,17 @@ type Model struct {
 // NewModel returns an empty screen sorted by s in each view that has its
 // column, and by DefaultSort in the others (and when s is zero).
 func NewModel(h Header, s Sort) *Model {
-	m := &Model{header: h, conns: connView, procs: processView, width: 80, height: 24, sorts: map[*view]Sort{}}
+	m := &Model{header: h, views: []*view{connView, processView, hostView}, width: 80, height: 24, sorts: map[*view]Sort{}}
 	if h.ReadWait {
-		m.conns, m.procs = connViewRW, processViewRW
+		m.views = []*view{connViewRW, processViewRW, hostViewRW}
 	}
+	if h.Resolve { // the name beside the address it names
+		m.views[0] = withColumn(m.views[0], ColHost, ColRemote, ColRemote)
+		m.views[2] = withColumn(m.views[2], ColHost, ColRemote, ColRemote)
+	}
+	m.conns = m.views[0]
 	m.view = m.conns
-	for _, v := range []*view{m.conns, m.procs} {
+	for _, v := range m.views {
 		m.sorts[v] = DefaultSort
 		if v.has(s.Column) {
 			m.sorts[v] = s
@@ -75,24 +92,33 @@ func NewModel(h Header, s Sort) *Model {
 
 // Update takes a new snapshot. While paused it is kept aside (only the
 // newest) and shown when the display resumes.
-func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s)) }
+func (m *Model) Update(s conn.Snapshot) { m.take(prepare(s, nil)) }
 
 // prepared is a snapshot with its rows built: the part of a refresh that
 // does not depend on what is on screen, done off the UI goroutine by Run.
+// latency is what each probe series recorded since the previous refresh.
 type prepared struct {
-	snap conn.Snapshot
-	rows []Row
-	sum  summary
+	snap    conn.Snapshot
+	rows    []Row
+	sum     summary
+	latency []hist.Series
 }
 
-func prepare(s conn.Snapshot) prepared { return prepared{s, newRows(s.Records), summarize(s.Records)} }
+func prepare(s conn.Snapshot, lat []hist.Series) prepared {
+	return prepared{s, newRows(s.Records), summarize(s.Records), lat}
+}
 
 func (m *Model) take(p prepared) {
 	if m.paused {
 		m.pending = p
+		m.latPending = append(m.latPending, p.latency)
+		if n := len(m.latPending); n > maxHistory { // older ones would scroll off anyway
+			m.latPending = slices.Delete(m.latPending, 0, n-maxHistory)
+		}
 		m.unseen++
 		return
 	}
+	m.latency.add(p.latency)
 	m.show(p)
 }
 
@@ -100,6 +126,9 @@ func (m *Model) show(p prepared) {
 	m.snap, m.sum = p.snap, p.sum
 	m.received = true
 	m.rows = p.rows
+	if m.portNames {
+		m.nameEndpoints()
+	}
 	m.rebuild()
 }
 
@@ -150,7 +179,16 @@ func (m *Model) Key(k string) (quit bool) {
 		m.extra = !m.extra
 		m.rebuild()
 	case "g":
-		m.toggleView()
+		m.nextView()
+	case "N":
+		m.portNames = !m.portNames
+		m.nameEndpoints()
+		m.rebuild()
+	case "L":
+		m.showLatency = !m.showLatency
+		if !m.header.Latency {
+			m.hint = "stack latency is off: start with --latency"
+		}
 	case "space":
 		m.togglePause()
 	case "tab", "right":
@@ -208,20 +246,33 @@ func (m *Model) setFilter(f string) {
 	m.rebuild()
 }
 
-func (m *Model) toggleView() {
-	if m.view == m.conns {
-		m.view = m.procs
-	} else {
-		m.view = m.conns
-	}
+func (m *Model) nextView() {
+	i := slices.Index(m.views, m.view)
+	m.view = m.views[(i+1)%len(m.views)]
 	m.cursor = m.sorts[m.view].Column
 	m.offset = 0
 	m.rebuild()
 }
 
+// nameEndpoints renders every row's endpoints with service names for
+// ports (`N`) or numbers.
+func (m *Model) nameEndpoints() {
+	services := m.services
+	if !m.portNames {
+		services = nil
+	}
+	for i := range m.rows {
+		m.rows[i].setEndpoints(services)
+	}
+}
+
 func (m *Model) togglePause() {
 	m.paused = !m.paused
 	if !m.paused && m.unseen > 0 {
+		for _, lat := range m.latPending {
+			m.latency.add(lat)
+		}
+		m.latPending = nil
 		m.unseen = 0
 		m.show(m.pending)
 		m.pending = prepared{}
@@ -268,7 +319,13 @@ func (m *Model) moveCursor(step int) {
 	m.cursor = cols[i].id
 }
 
+// scroll moves the table by step rows, or in the latency view the probes
+// by one per step.
 func (m *Model) scroll(step int) {
+	if m.showLatency {
+		m.latOffset = max(min(m.latOffset+step, len(m.latency.names)-1), 0)
+		return
+	}
 	m.offset = max(min(m.offset+step, len(m.shown)-m.bodyHeight()), 0)
 }
 
@@ -282,14 +339,14 @@ func (m *Model) rebuild() {
 			m.shown = append(m.shown, &m.rows[i])
 		}
 	}
-	if m.view == m.procs {
-		m.processes = perProcess(m.shown)
+	if m.view.group != nil {
+		m.grouped = m.view.group(m.shown)
 		m.shown = m.shown[:0]
-		for i := range m.processes {
-			m.shown = append(m.shown, &m.processes[i])
+		for i := range m.grouped {
+			m.shown = append(m.shown, &m.grouped[i])
 		}
 	}
-	m.content = make(map[ColumnID]int)
+	m.content = make(map[ColumnID]width)
 	for _, id := range m.view.visible(m.extra) {
 		m.content[id] = columns[id].contentWidth(m.shown)
 	}
@@ -317,11 +374,11 @@ func (m *Model) resort() {
 
 func (m *Model) relayout() {
 	sorted := m.sorts[m.view].Column
-	natural := make(map[ColumnID]int, len(m.content))
+	widths := make(map[ColumnID]width, len(m.content))
 	for id, w := range m.content {
-		natural[id] = columns[id].naturalWidth(w, id == sorted)
+		widths[id] = columns[id].fitWidth(w, id == sorted)
 	}
-	m.layout = fit(m.view, m.view.visible(m.extra), natural, m.width, sorted)
+	m.layout = fit(m.view, m.view.visible(m.extra), widths, m.width, sorted)
 }
 
 // headerLines is the height of the summary header: a fourth line appears

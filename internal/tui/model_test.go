@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,9 +19,15 @@ import (
 
 func newFixtureModel(t *testing.T, w, h int) *Model {
 	t.Helper()
-	m := NewModel(fixtureHeader, Sort{})
+	return newModelOf(t, fixtureHeader, fixture(), w, h)
+}
+
+// newModelOf is a w×h screen of snap under header h.
+func newModelOf(t *testing.T, header Header, snap conn.Snapshot, w, h int) *Model {
+	t.Helper()
+	m := NewModel(header, Sort{})
 	m.Resize(w, h)
-	m.Update(fixture())
+	m.Update(snap)
 	return m
 }
 
@@ -167,7 +174,7 @@ func TestHeaderCursorWrapsAndFollowsLayout(t *testing.T) {
 	if m.cursor != m.layout.cols[0].id {
 		t.Fatalf("tab from a dropped column: %s, want %s", m.cursor, m.layout.cols[0].id)
 	}
-	if !strings.Contains(m.Render(PlainTheme()), "Enter: sort by Local") {
+	if !strings.Contains(m.Render(PlainTheme()), "Enter: sort by "+m.layout.cols[0].title) {
 		t.Fatalf("status bar does not offer the selected column:\n%s", m.Render(PlainTheme()))
 	}
 }
@@ -258,8 +265,13 @@ func TestColumnToggle(t *testing.T) {
 		t.Fatalf("per-process with extras: %v, want %v", got, procExtra)
 	}
 	press(m, "c", "g")
+	hosts := []ColumnID{ColRemote, ColConns, ColBytesIn, ColBytesOut, ColRateIn, ColRateOut, ColRTT}
+	if got := ids(m); !slices.Equal(got, hosts) {
+		t.Fatalf("per-host without extras: %v, want %v", got, hosts)
+	}
+	press(m, "g")
 	if got := ids(m); !slices.Equal(got, base) {
-		t.Fatalf("after c again: %v, want %v", got, base)
+		t.Fatalf("g from remote hosts: %v, want the connections' %v", got, base)
 	}
 }
 
@@ -314,23 +326,95 @@ func TestPerProcessAggregation(t *testing.T) {
 	if m.sorts[processView].Column != ColPID || !strings.Contains(m.Render(PlainTheme()), "no State column in the processes view") {
 		t.Fatalf("s in the per-process view: sort %+v", m.sorts[processView])
 	}
-	press(m, "g")
+	press(m, "g", "g")
 	if m.sorts[connView] != DefaultSort {
 		t.Fatalf("each view keeps its own sort; connections view now %+v", m.sorts[connView])
 	}
 }
 
-func TestTruncationByWidth(t *testing.T) {
+// TestPerHostAggregation: the third view sums connections by remote
+// address (ports, protocols and processes together), leaves out sockets
+// without a peer, keeps the worst RTT, and sorts and filters like the others.
+func TestPerHostAggregation(t *testing.T) {
+	m := newFixtureModel(t, 200, 50)
+	press(m, "g", "g")
+	if m.view.name != "remote hosts" {
+		t.Fatalf("g twice: %s view, want remote hosts", m.view.name)
+	}
+	type sums struct {
+		conns             int
+		bytesIn, bytesOut uint64
+		rateIn, rateOut   float64
+		rtt               uint32
+	}
+	want := map[string]sums{}
+	for _, r := range fixture().Records {
+		if r.RemoteAddr.IsUnspecified() {
+			continue
+		}
+		s := want[r.RemoteAddr.String()]
+		if r.Event != conn.Closed {
+			s.conns++
+		}
+		s.bytesIn += r.BytesIn
+		s.bytesOut += r.BytesOut
+		s.rateIn += r.RateIn
+		s.rateOut += r.RateOut
+		s.rtt = max(s.rtt, r.RTTus)
+		want[r.RemoteAddr.String()] = s
+	}
+	if len(m.shown) != len(want) || len(want) != 8 {
+		t.Fatalf("%d host rows, want %d (the fixture's 8 peers)", len(m.shown), len(want))
+	}
+	for _, r := range m.shown {
+		got := sums{r.Conns, r.BytesIn, r.BytesOut, r.RateIn, r.RateOut, r.RTTus}
+		if got != want[r.Remote] {
+			t.Errorf("%s: %+v, want %+v", r.Remote, got, want[r.Remote])
+		}
+	}
+	checkOrder(t, shownRecords(m), ColRateIn, true)
+	screen := m.Render(PlainTheme())
+	if !strings.Contains(screen, "8 remote hosts") || !strings.Contains(screen, "fd00:5354:130::2 ") {
+		t.Errorf("status bar or bare IPv6 host missing:\n%s", screen)
+	}
+
+	// 127.0.0.1 is the peer of both ends of the postgres connection: one
+	// host, two connections, the worse RTT of the two.
+	press(m, "/")
+	typeText(m, "5432")
+	press(m, "enter")
+	if len(m.shown) != 1 || m.shown[0].Remote != "127.0.0.1" || m.shown[0].Conns != 2 || m.shown[0].RTTus != 31 {
+		t.Fatalf("filtered host rows: %+v", m.shown)
+	}
+	press(m, "esc", "t")
+	checkOrder(t, shownRecords(m), ColRTT, true)
+	press(m, "p")
+	if !strings.Contains(m.Render(PlainTheme()), "no PID column in the remote hosts view") {
+		t.Errorf("p in the host view is not refused")
+	}
+	press(m, "g")
+	if m.view != m.conns {
+		t.Fatalf("g from remote hosts: %s view, want connections", m.view.name)
+	}
+}
+
+// TestColumnsAndAddressesAtEachSize: at each common terminal size the
+// columns follow the stated priority, no line is wider than the terminal,
+// every IPv4 endpoint is whole and every IPv6 one whole or abbreviated by
+// whole groups with its port; a resize from any size lays out exactly as a
+// start at the new size does.
+func TestColumnsAndAddressesAtEachSize(t *testing.T) {
 	for _, tc := range []struct {
-		width int
-		cols  []ColumnID
+		w, h int
+		cols []ColumnID
 	}{
-		{60, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColRateIn}},
-		{80, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut}},
-		{200, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
+		{60, 20, []ColumnID{ColLocal, ColRemote, ColProcess, ColRateIn}},
+		{80, 24, []ColumnID{ColLocal, ColRemote, ColPID, ColProcess, ColRateIn, ColRateOut, ColRTT}},
+		{100, 30, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
+		{200, 50, []ColumnID{ColProto, ColLocal, ColRemote, ColPID, ColProcess, ColState, ColRateIn, ColRateOut, ColRTT}},
 	} {
-		t.Run(fmt.Sprint(tc.width), func(t *testing.T) {
-			m := newFixtureModel(t, tc.width, 30)
+		t.Run(fmt.Sprintf("%dx%d", tc.w, tc.h), func(t *testing.T) {
+			m := newFixtureModel(t, tc.w, tc.h)
 			var got []ColumnID
 			for _, c := range m.layout.cols {
 				got = append(got, c.id)
@@ -339,31 +423,39 @@ func TestTruncationByWidth(t *testing.T) {
 				t.Fatalf("columns %v, want %v", got, tc.cols)
 			}
 			screen := m.Render(PlainTheme())
-			lines := strings.Split(screen, "\n")
-			if len(lines) != 30 {
-				t.Fatalf("%d lines, want 30", len(lines))
-			}
-			for _, l := range lines {
-				if w := ansi.StringWidth(l); w > tc.width {
-					t.Fatalf("line of %d cells on a %d-cell terminal: %q", w, tc.width, l)
-				}
-			}
+			checkScreen(t, screen, tc.w, tc.h)
 			for _, r := range fixture().Records {
-				remote := endpoint(r.RemoteAddr, r.RemotePort)
-				full := strings.Contains(screen, remote)
-				if tc.width == 200 && !full {
-					t.Errorf("%s truncated at 200 columns", remote)
-				}
-				// A shortened endpoint keeps its port after the ellipsis.
-				if !full && !strings.Contains(screen, fmt.Sprintf("…:%d", r.RemotePort)) {
-					t.Errorf("%s lost its port at %d columns", remote, tc.width)
+				for _, ep := range []string{endpoint(r.LocalAddr, portText(r.LocalPort)), endpoint(r.RemoteAddr, portText(r.RemotePort))} {
+					if !strings.Contains(screen, ep) && !strings.Contains(screen, abbreviatedByTest(r, ep)) {
+						t.Errorf("%s is neither whole nor abbreviated by groups at %dx%d:\n%s", ep, tc.w, tc.h, screen)
+					}
 				}
 			}
-			if tc.width < 200 && !strings.Contains(screen, "system…") {
-				t.Errorf("long process names must end in an ellipsis at %d columns", tc.width)
+			if strings.Contains(screen, "[fd00:5354:130::2]:40112") != (tc.w >= 200) {
+				t.Errorf("the IPv6 endpoint should be whole exactly when there is room (200 columns):\n%s", screen)
+			}
+			if tc.w < 100 && (strings.Contains(screen, "systemd-resolved") || !regexp.MustCompile(`system\S*…`).MatchString(screen)) {
+				t.Errorf("long process names must end in an ellipsis at %d columns", tc.w)
+			}
+			for _, from := range [][2]int{{200, 50}, {60, 20}} {
+				resized := newFixtureModel(t, from[0], from[1])
+				resized.Resize(tc.w, tc.h)
+				if r := resized.Render(PlainTheme()); r != screen {
+					t.Errorf("resized from %v to %dx%d:\n%s\nwant:\n%s", from, tc.w, tc.h, r, screen)
+				}
 			}
 		})
 	}
+}
+
+// abbreviatedByTest is the least legible form of an IPv6 endpoint of the
+// fixture (its first and last group around an ellipsis), written out by
+// hand; other endpoints have none.
+func abbreviatedByTest(r conn.Record, ep string) string {
+	if !strings.HasPrefix(ep, "[fd00:5354:130::") {
+		return ep
+	}
+	return "[fd00:…:" + strings.TrimPrefix(ep, "[fd00:5354:130::")
 }
 
 func TestSortColumnSurvivesNarrowing(t *testing.T) {
@@ -381,9 +473,11 @@ func TestShorten(t *testing.T) {
 		mode  cutMode
 		want  string
 	}{
-		{"198.18.130.1:443", 12, cutHost, "198.18.…:443"},
-		{"[fd00:5354:130::1]:40112", 14, cutHost, "[fd00:5…:40112"},
-		{"198.18.130.1:443", 4, cutHost, "198…"},
+		{"[fd00:5354:130::1]:40112", 24, cutAddr, "[fd00:5354:130::1]:40112"},
+		{"[fd00:5354:130::1]:40112", 23, cutAddr, "[fd00:5354:…:1]:40112"},
+		{"[fd00:5354:130::1]:40112", 16, cutAddr, "[fd00:…:1]:40112"},
+		{"2001:db8:85a3:8d3:1319:8a2e:370:7348", 20, cutAddr, "2001:db8:85a3:…:7348"},
+		{"[::1]:631", 9, cutAddr, "[::1]:631"},
 		{"systemd-resolved", 8, cutEnd, "systemd…"},
 		{"/system.slice/nginx.service", 15, cutHead, "…/nginx.service"},
 		{"short", 8, cutEnd, "short"},
@@ -449,7 +543,7 @@ func TestScrolling(t *testing.T) {
 func TestHelpOverlayAndQuit(t *testing.T) {
 	m := newFixtureModel(t, 100, 30)
 	press(m, "?")
-	if !strings.Contains(m.Render(PlainTheme()), "Space  pause") {
+	if !strings.Contains(m.Render(PlainTheme()), "Space pause") {
 		t.Fatal("? must show the key help")
 	}
 	if m.Key("r") || m.help {
@@ -532,7 +626,7 @@ func TestHumanFormats(t *testing.T) {
 		{a("10.0.0.1"), 80, "10.0.0.1:80"}, {a("::ffff:10.0.0.1"), 80, "10.0.0.1:80"}, {a("fd00::1"), 443, "[fd00::1]:443"},
 		{a("0.0.0.0"), 22, "*:22"}, {a("::"), 0, "*:*"}, {netip.Addr{}, 0, "*:*"},
 	} {
-		if got := endpoint(tc.addr, tc.port); got != tc.want {
+		if got := endpoint(tc.addr, portText(tc.port)); got != tc.want {
 			t.Errorf("endpoint(%s, %d) = %q, want %q", tc.addr, tc.port, got, tc.want)
 		}
 	}

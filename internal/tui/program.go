@@ -6,11 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/latency"
+	"github.com/stacktop/stacktop/internal/resolve"
 	"github.com/stacktop/stacktop/internal/runopts"
 )
 
@@ -19,6 +23,10 @@ type Options struct {
 	Host, Kernel, Backend string // for the summary header
 	Sort                  Sort   // initial sort; zero means DefaultSort
 	ReadWait              bool   // --read-wait: show the read-wait column
+	Resolve               bool   // --resolve: show the Host column
+	// Latency, when set (--latency), reads the stack latency histograms
+	// every refresh, cumulative since start, for the `L` view.
+	Latency func() ([]hist.Series, error)
 	// Refresh says how often to take a snapshot and when to stop on its own
 	// (--count, --duration); --format is not used.
 	Refresh runopts.Options
@@ -38,31 +46,45 @@ type Options struct {
 // records written meanwhile are held and written when the terminal is back.
 func Run(ctx context.Context, source func() (conn.Snapshot, error), opts Options) error {
 	defer holdLogs()()
-	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval), ReadWait: opts.ReadWait}, opts.Sort)
+	m := NewModel(Header{Host: opts.Host, Kernel: opts.Kernel, Backend: opts.Backend, Interval: time.Duration(opts.Refresh.Interval), ReadWait: opts.ReadWait, Latency: opts.Latency != nil, Resolve: opts.Resolve}, opts.Sort)
+	services, err := resolve.LoadServices()
+	if err != nil {
+		slog.Warn("ports shown by number only", "reason", err)
+	}
+	m.services = services
 	p := tea.NewProgram(&screen{model: m, theme: ColorTheme()}, append([]tea.ProgramOption{tea.WithContext(ctx)}, opts.program...)...)
 
 	collectCtx, stopCollecting := context.WithCancel(ctx)
 	defer stopCollecting()
 	collected := make(chan error, 1)
+	var intervals latency.Intervals
 	go func() {
 		err := opts.Refresh.Loop(collectCtx, func(bool) error {
 			s, err := source()
 			if err != nil {
 				return fmt.Errorf("taking a snapshot: %w", err)
 			}
+			var lat []hist.Series
+			if opts.Latency != nil {
+				cumulative, err := opts.Latency()
+				if err != nil {
+					return fmt.Errorf("reading the latency histograms: %w", err)
+				}
+				lat = intervals.Next(cumulative)
+			}
 			if opts.OnSnapshot != nil {
 				if err := opts.OnSnapshot(s); err != nil {
 					return err
 				}
 			}
-			p.Send(snapshotMsg(prepare(s)))
+			p.Send(snapshotMsg(prepare(s, lat)))
 			return nil
 		})
 		p.Send(stopMsg{})
 		collected <- err
 	}()
 
-	_, err := p.Run()
+	_, err = p.Run()
 	stopCollecting()
 	collectErr := <-collected
 	if ctx.Err() != nil || errors.Is(err, tea.ErrInterrupted) {

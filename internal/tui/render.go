@@ -18,12 +18,13 @@ const KeyHelp = `Sort    r rate in  R rate out  p PID  n process  s state  t RTT
         a local  A remote  P protocol  w read wait p99 (--read-wait)
         (the same key again flips)
         Tab Shift-Tab Left Right select a header, Enter sorts by it
-Filter  / then type: matches address, port, process, PID, cgroup;
+Filter  / then type: matches address, host, port, process, PID, cgroup;
         Enter keeps the filter, Esc clears it
 Scroll  Up Down  j k  PgUp PgDn  Home End
 View    c  extra columns: bytes, packets, retransmits, cgroup
-        g  per-process view     Space  pause (collection goes on)
-        ?  this help (any key closes it)     q  Ctrl-C  quit
+        g  next view: connections → processes → remote hosts
+        L  stack latency over time (--latency)  N  port names/numbers
+        Space pause (collection goes on)  ? help  q Ctrl-C quit
 Marks   +  new    -  closed (final totals)    ~  partial (counted
         from start-up)    brighter rows move more bytes: idle,
         under 10KiB/s, under 1MiB/s, under 100MiB/s, more`
@@ -31,8 +32,14 @@ Marks   +  new    -  closed (final totals)    ~  partial (counted
 // Render draws the whole screen: exactly height lines, none wider than width.
 func (m *Model) Render(t *Theme) string {
 	lines := m.summary(t)
-	lines = append(lines, m.columnHeader(t))
-	body := m.body(t)
+	var body []string
+	if m.showLatency {
+		lines = append(lines, m.latencyHeader(t))
+		body = m.latencyBody(t, m.bodyHeight())
+	} else {
+		lines = append(lines, m.columnHeader(t))
+		body = m.body(t)
+	}
 	if m.help {
 		body = m.overlay(t, body)
 	}
@@ -171,9 +178,21 @@ func marker(r *Row) string {
 	return string([]byte{ev, part})
 }
 
+// latencyHeader heads the latency view where the column header heads the table.
+func (m *Model) latencyHeader(t *Theme) string {
+	line := m.fitLine(fmt.Sprintf("  Stack latency: a column per refresh (every %s), newest at the right", m.header.Interval))
+	if pad := m.width - ansi.StringWidth(line); pad > 0 && !t.plain {
+		line += strings.Repeat(" ", pad)
+	}
+	return t.paint(t.header, line)
+}
+
 func (m *Model) statusBar(t *Theme) string {
 	s := m.sorts[m.view]
 	parts := []string{fmt.Sprintf("sort %s %s", columns[s.Column].title, arrow(s.Desc))}
+	if m.showLatency {
+		parts = []string{fmt.Sprintf("stack latency: %d refreshes", len(m.latency.refreshes))}
+	}
 	switch {
 	case m.typing:
 		parts = append(parts, fmt.Sprintf("filter: %s▏ (Enter keep, Esc clear)", m.filter))
@@ -189,11 +208,10 @@ func (m *Model) statusBar(t *Theme) string {
 	if m.hint != "" {
 		parts = append(parts, m.hint)
 	}
-	noun := "connections"
-	if m.view == m.procs {
-		noun = "processes"
+	parts = append(parts, fmt.Sprintf("%d %s", len(m.shown), m.view.name))
+	if m.showLatency {
+		parts[len(parts)-1] = "L back to the " + m.view.name
 	}
-	parts = append(parts, fmt.Sprintf("%d %s", len(m.shown), noun))
 	line := m.spread(" "+strings.Join(parts, " │ "), "? help  q quit ")
 	if pad := m.width - ansi.StringWidth(line); pad > 0 && !t.plain {
 		line += strings.Repeat(" ", pad)

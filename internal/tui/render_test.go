@@ -32,6 +32,7 @@ func TestGoldenScreens(t *testing.T) {
 		{name: "narrow-60x20", w: 60, h: 20},
 		{name: "wide-extra-200x20", w: 200, h: 20, keys: []string{"c"}},
 		{name: "per-process-100x20", w: 100, h: 20, keys: []string{"g"}},
+		{name: "per-host-80x24", w: 80, h: 24, keys: []string{"g", "g"}},
 		{name: "help-100x30", w: 100, h: 30, keys: []string{"?"}},
 		{name: "help-80x24", w: 80, h: 24, keys: []string{"?"}},
 		{name: "filter-typing-100x16", w: 100, h: 16, keys: []string{"/", "4", "4", "3"}},
@@ -145,11 +146,11 @@ func TestHostileNamesEscaped(t *testing.T) {
 		s := fixture()
 		s.Records[0].Comm, s.Records[0].Cgroup = hostile, "/evil\x1b]0;pwned\x07"
 		m := NewModel(fixtureHeader, Sort{})
-		m.Resize(200, 20)
+		m.Resize(240, 20)
 		m.Update(s)
 		press(m, keys...)
 		got := m.Render(PlainTheme())
-		checkScreen(t, got, 200, 20)
+		checkScreen(t, got, 240, 20)
 		if strings.ContainsAny(got, "\x1b\x07") {
 			t.Errorf("keys %v: raw control characters reach the terminal:\n%q", keys, got)
 		}

@@ -4,10 +4,12 @@ package tui
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/resolve"
 )
 
 // Row is one line of the table: a connection, or in the per-process view the
@@ -20,15 +22,28 @@ type Row struct {
 }
 
 func newRow(r conn.Record) Row {
-	row := Row{Record: r, Local: endpoint(r.LocalAddr, r.LocalPort), Remote: endpoint(r.RemoteAddr, r.RemotePort)}
+	row := Row{Record: r}
+	row.setEndpoints(nil)
 	if r.Event != conn.Closed {
 		row.Conns = 1
 	}
 	row.search = strings.ToLower(strings.Join([]string{
-		row.Local, row.Remote, r.LocalAddr.Unmap().String(), r.RemoteAddr.Unmap().String(),
+		row.Local, row.Remote, r.LocalAddr.Unmap().String(), r.RemoteAddr.Unmap().String(), r.RemoteHost,
 		pidText(r.PID), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container,
 	}, " "))
 	return row
+}
+
+// setEndpoints renders the row's endpoints, ports named by services where
+// it names them (nil: numbers).
+func (r *Row) setEndpoints(services resolve.Services) {
+	port := func(p uint16) string {
+		if name := services.Name(r.Proto, p); name != "" {
+			return name
+		}
+		return portText(p)
+	}
+	r.Local, r.Remote = endpoint(r.LocalAddr, port(r.LocalPort)), endpoint(r.RemoteAddr, port(r.RemotePort))
 }
 
 func newRows(recs []conn.Record) []Row {
@@ -46,19 +61,45 @@ func (r *Row) matches(needle string) bool {
 }
 
 // perProcess sums rows by PID; the rows are already filtered, so the sums
-// are of the connections the filter selected. A process's name, cgroup and pod are those of its
-// first row; RTT and read wait are the worst (highest) of its connections,
-// because an average would hide the one slow peer (or the one socket its
-// reader neglects) a person is looking for.
+// are of the connections the filter selected. A process's name, cgroup and
+// pod are those of its first row.
 func perProcess(rows []*Row) []Row {
-	byPID := make(map[uint32]int)
+	return sumBy(rows, func(r *Row) (uint32, bool) { return r.PID, true }, func(r *Row) Row {
+		return Row{Record: conn.Record{PID: r.PID, Comm: r.Comm, Cgroup: r.Cgroup, Names: r.Names, Event: conn.Update}}
+	})
+}
+
+// perHost sums rows by remote address, whatever the port, protocol or
+// process. Sockets with no peer (listeners, unconnected UDP sockets before
+// their first datagram) belong to no host and are left out.
+func perHost(rows []*Row) []Row {
+	return sumBy(rows, func(r *Row) (netip.Addr, bool) {
+		a := r.RemoteAddr.Unmap()
+		return a, a.IsValid() && !a.IsUnspecified()
+	}, func(r *Row) Row {
+		a := r.RemoteAddr.Unmap()
+		return Row{Record: conn.Record{RemoteAddr: a, RemoteHost: r.RemoteHost, Event: conn.Update}, Remote: a.String()}
+	})
+}
+
+// sumBy adds up the rows that share a key into one row each, started by
+// first from the first of them; rows whose key is not ok are left out.
+// RTT and read wait are the worst (highest) of the rows, because an average
+// would hide the one slow peer (or the one socket its reader neglects) a
+// person is looking for.
+func sumBy[K comparable](rows []*Row, key func(*Row) (K, bool), first func(*Row) Row) []Row {
+	index := make(map[K]int)
 	var out []Row
 	for _, r := range rows {
-		i, ok := byPID[r.PID]
+		k, ok := key(r)
 		if !ok {
+			continue
+		}
+		i, seen := index[k]
+		if !seen {
 			i = len(out)
-			byPID[r.PID] = i
-			out = append(out, Row{Record: conn.Record{PID: r.PID, Comm: r.Comm, Cgroup: r.Cgroup, Names: r.Names, Event: conn.Update}})
+			index[k] = i
+			out = append(out, first(r))
 		}
 		p := &out[i]
 		p.Conns += r.Conns

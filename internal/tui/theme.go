@@ -22,8 +22,9 @@ type Theme struct {
 	bandwidth []lipgloss.Style // dim to bright, see bandwidthLevel
 	fresh     lipgloss.Style   // new connections
 	closed    lipgloss.Style
-	backdrop  lipgloss.Style // the table behind the help overlay
-	box       lipgloss.Style // help overlay
+	backdrop  lipgloss.Style   // the table behind the help overlay
+	box       lipgloss.Style   // help overlay
+	heat      []lipgloss.Style // latency heatmap, by heatLevel
 }
 
 // ColorTheme is the terminal theme. Bubble Tea reduces it to what the
@@ -42,12 +43,15 @@ func ColorTheme() *Theme {
 		closed:    grey("240").Faint(true),
 		backdrop:  lipgloss.NewStyle().Faint(true),
 		box:       lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).BorderForeground(lipgloss.Color("4")).Padding(0, 1),
+		// The terminal's own palette (blue, cyan, green, yellow, red), so the
+		// heatmap follows the user's colour scheme.
+		heat: []lipgloss.Style{{}, grey("4"), grey("6"), grey("2"), grey("3"), grey("1").Bold(true)},
 	}
 }
 
 // PlainTheme paints nothing: golden files and pipes see the text alone.
 func PlainTheme() *Theme {
-	return &Theme{plain: true, bandwidth: make([]lipgloss.Style, 5), box: lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).Padding(0, 1)}
+	return &Theme{plain: true, bandwidth: make([]lipgloss.Style, 5), heat: make([]lipgloss.Style, len(heatLevels)), box: lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).Padding(0, 1)}
 }
 
 func (t *Theme) paint(s lipgloss.Style, text string) string {
