@@ -19,6 +19,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/selector"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // preexisting is a TCP socket that was open before the tracker attached, as
@@ -93,7 +94,7 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 				p.rec.RTTus, p.rec.Retrans = ti.Rtt, ti.Total_retrans
 			}
 			if o, ok := owners[uint64(m.INode)]; ok {
-				p.rec.PID, p.rec.Comm, p.rec.Cgroup = o.pid, o.comm, o.cgroup
+				p.rec.PID, p.rec.Comm, p.rec.Cgroup = o.pid, o.comm, termsafe.ValidUTF8(o.cgroup)
 			}
 			out[cookie] = p
 		}
@@ -223,7 +224,7 @@ func socketOwners() map[uint64]procOwner {
 
 func readComm(procDir string) string {
 	b, _ := os.ReadFile(filepath.Join(procDir, "comm"))
-	return strings.TrimSuffix(string(b), "\n")
+	return termsafe.ValidUTF8(strings.TrimSuffix(string(b), "\n"))
 }
 
 // readCgroup returns the process's cgroup v2 path (the "0::" line).

@@ -18,6 +18,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/selector"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // cgroupNamer names cgroup ids by their path; without a cgroup v2 mount
@@ -83,7 +84,7 @@ func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 	if ns == n.own {
 		ifcs, _ := net.Interfaces()
 		for _, ifc := range ifcs {
-			out[uint32(ifc.Index)] = ifc.Name
+			out[uint32(ifc.Index)] = termsafe.ValidUTF8(ifc.Name)
 		}
 		return out
 	}
@@ -99,7 +100,7 @@ func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 		slog.Debug("interfaces of another namespace left unnamed", "netns", ns, "path", p, "err", err)
 	}
 	for _, l := range links {
-		out[uint32(l.Attrs().Index)] = l.Attrs().Name
+		out[uint32(l.Attrs().Index)] = termsafe.ValidUTF8(l.Attrs().Name)
 	}
 	return out
 }
@@ -136,7 +137,7 @@ func commString(c [16]int8) string {
 	if len(b) == 0 {
 		return "-"
 	}
-	return string(b)
+	return termsafe.ValidUTF8(string(b))
 }
 
 // The C's histograms have internal/hist's buckets and one slot more, the
