@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -114,7 +115,14 @@ func makeKubelet(t *testing.T) string {
 // ends.
 func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 	t.Helper()
-	cmd := reexec.Command(t, "pod-client", podAddrEnv+"="+addr)
+	return clientIn(t, reexec.Command(t, "pod-client", podAddrEnv+"="+addr), podCgroup)
+}
+
+// clientIn starts cmd, a pod client, in the cgroup at path (relative to the
+// v2 root) and returns it and the line that lets it connect; it is stopped
+// when the test ends.
+func clientIn(t *testing.T, cmd *exec.Cmd, path string) (pid int, connect func()) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +141,7 @@ func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 		}
 	})
 	root, _ := cgroup.Root()
-	if err := os.WriteFile(filepath.Join(root, podCgroup, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, path, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(stdout)
