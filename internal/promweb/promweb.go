@@ -197,8 +197,11 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 			handler = requireAuth(o.ConfigFile, mux)
 		}
 	}
+	// exporter-toolkit authenticates in front of handler, before any body
+	// could be read.
 	s.srv = &http.Server{
-		Handler:           handler,
+		Handler:           s.limit.serving(refuseBodies(handler)),
+		ConnContext:       withConn,
 		ReadHeaderTimeout: readTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -206,6 +209,21 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		ConnState:         s.limit.track,
 	}
 	return s, nil
+}
+
+// refuseBodies answers a request that carries a body with 400 and closes
+// its connection. No endpoint takes one, and after the reply the server
+// would read the body to reuse the connection: a client that announces one
+// and never sends it would hold the connection until readTimeout.
+func refuseBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: chunked, length unknown
+			w.Header().Set("Connection", "close")
+			http.Error(w, "request bodies are not accepted", http.StatusBadRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // SetReady makes /-/ready answer 200: the BPF programs are attached.
