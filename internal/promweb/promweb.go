@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,14 +69,32 @@ func (o *Options) Validate() error {
 			return clierr.Usage("web.listen-address", a, "%v", err)
 		}
 	}
-	if !strings.HasPrefix(o.TelemetryPath, "/") {
-		return clierr.Usage("web.telemetry-path", o.TelemetryPath, "must start with /")
+	if err := validatePath(o.TelemetryPath); err != nil {
+		return clierr.Usage("web.telemetry-path", o.TelemetryPath, "%v", err)
 	}
 	if o.MaxConnections < 1 || o.MaxConnections > 1<<16 {
 		return clierr.Usage("web.max-connections", strconv.Itoa(o.MaxConnections), "must be between 1 and 65536")
 	}
 	if err := web.Validate(o.ConfigFile); err != nil {
 		return clierr.Usage("web.config.file", o.ConfigFile, "%v", err)
+	}
+	return nil
+}
+
+// plainPath is an absolute path of non-empty segments of letters, digits and
+// "-._~": nothing that http.ServeMux would read as a pattern (wildcards
+// "{x}", a method, a host, a subtree's trailing "/") or change (".", "..",
+// "//"), nor a query or fragment, which a scrape's path never holds.
+var plainPath = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
+
+func validatePath(p string) error {
+	switch {
+	case !plainPath.MatchString(p):
+		return errors.New(`must be a plain absolute path such as /metrics: segments of letters, digits and "-._~", no query, no trailing /`)
+	case slices.ContainsFunc(strings.Split(p, "/"), func(s string) bool { return s == "." || s == ".." }):
+		return errors.New(`must not hold "." or ".." segments`)
+	case p == "/-" || strings.HasPrefix(p, "/-/"):
+		return errors.New("is where /-/healthy and /-/ready are served")
 	}
 	return nil
 }
@@ -173,22 +192,20 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		}
 		fmt.Fprintln(w, "Ready")
 	})
-	if o.TelemetryPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        "stacktop",
-			Description: "eBPF network stack latency and per-process connection metrics",
-			Version:     version,
-			Links: []web.LandingLinks{
-				{Address: o.TelemetryPath, Text: "Metrics"},
-				{Address: "/-/healthy", Text: "Health"},
-				{Address: "/-/ready", Text: "Readiness"},
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("landing page: %w", err)
-		}
-		mux.Handle("/", landing)
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name:        "stacktop",
+		Description: "eBPF network stack latency and per-process connection metrics",
+		Version:     version,
+		Links: []web.LandingLinks{
+			{Address: o.TelemetryPath, Text: "Metrics"},
+			{Address: "/-/healthy", Text: "Health"},
+			{Address: "/-/ready", Text: "Readiness"},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("landing page: %w", err)
 	}
+	mux.Handle("/", landing)
 	var handler http.Handler = mux
 	if o.ConfigFile != "" {
 		if n, err := basicAuthUsers(o.ConfigFile); err != nil {

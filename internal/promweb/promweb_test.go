@@ -45,7 +45,20 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		{"port not a number", Options{ListenAddresses: []string{"localhost:metrics"}}, `port "metrics"`},
 		{"garbage host", Options{ListenAddresses: []string{"not a host:9877"}}, `host "not a host"`},
 		{"second address bad", Options{ListenAddresses: []string{":9877", "[::1:9877"}}, `"[::1:9877"`},
-		{"relative path", Options{TelemetryPath: "metrics"}, `--web.telemetry-path "metrics": must start with /`},
+		{"relative path", Options{TelemetryPath: "metrics"}, `--web.telemetry-path "metrics": must be a plain absolute path`},
+		{"root path", Options{TelemetryPath: "/"}, `--web.telemetry-path "/": must be a plain absolute path`},
+		{"health path", Options{TelemetryPath: "/-/healthy"}, `--web.telemetry-path "/-/healthy": is where /-/healthy and /-/ready are served`},
+		{"ready path", Options{TelemetryPath: "/-/ready"}, `--web.telemetry-path "/-/ready"`},
+		{"wildcard", Options{TelemetryPath: "/{x}"}, `--web.telemetry-path "/{x}"`},
+		{"open wildcard", Options{TelemetryPath: "/{"}, `--web.telemetry-path "/{"`},
+		{"rest wildcard", Options{TelemetryPath: "/{x...}"}, `--web.telemetry-path "/{x...}"`},
+		{"wildcard inside", Options{TelemetryPath: "/a{b}c"}, `--web.telemetry-path "/a{b}c"`},
+		{"space", Options{TelemetryPath: "/x /y"}, `--web.telemetry-path "/x /y"`},
+		{"trailing space", Options{TelemetryPath: "/ "}, `--web.telemetry-path "/ "`},
+		{"query", Options{TelemetryPath: "/metrics?x=1"}, `--web.telemetry-path "/metrics?x=1"`},
+		{"subtree", Options{TelemetryPath: "/metrics/"}, `--web.telemetry-path "/metrics/"`},
+		{"dot dot", Options{TelemetryPath: "/a/../metrics"}, `--web.telemetry-path "/a/../metrics": must not hold "." or ".." segments`},
+		{"double slash", Options{TelemetryPath: "//metrics"}, `--web.telemetry-path "//metrics"`},
 		{"no connections", Options{MaxConnections: -1}, `--web.max-connections "-1": must be between 1 and 65536`},
 		{"config missing", Options{ConfigFile: "/nonexistent/web.yml"}, "no such file"},
 		{"config not yaml", Options{ConfigFile: writeFile(t, "web.yml", "basic_auth_users: [oops")}, "--web.config.file"},
@@ -258,4 +271,21 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// TestTelemetryPathIgnoresQueries: metrics are served at the telemetry path
+// whatever query the scrape carries (Prometheus's params), and only there.
+func TestTelemetryPathIgnoresQueries(t *testing.T) {
+	addr := serve(t, Options{TelemetryPath: "/node-1/stacktop.metrics"})
+	for path, want := range map[string]int{
+		"/node-1/stacktop.metrics":     http.StatusOK,
+		"/node-1/stacktop.metrics?x=1": http.StatusOK,
+		"/node-1/stacktop.metrics/":    http.StatusNotFound,
+		"/node-1":                      http.StatusNotFound,
+	} {
+		code, _, body := get(t, http.DefaultClient, "http://"+addr+path, nil)
+		if code != want || want == http.StatusOK && !strings.Contains(body, "stacktop_test_value 42") {
+			t.Errorf("GET %s: status %d, want %d:\n%.200s", path, code, want, body)
+		}
+	}
 }
