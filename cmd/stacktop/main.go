@@ -91,8 +91,15 @@ func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
 	root.PersistentFlags().String("log.format", "logfmt", "log format: logfmt, json")
 }
 
+// defaultLogLevel is the annotation by which a command logs at another
+// level than warn unless told otherwise.
+const defaultLogLevel = "log.level"
+
 func setupLogging(cmd *cobra.Command, stderr io.Writer) error {
 	s, _ := cmd.Flags().GetString("log.level")
+	if l, ok := cmd.Annotations[defaultLogLevel]; ok && !cmd.Flags().Changed("log.level") && !cmd.Flags().Changed("log-level") {
+		s = l
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s)); err != nil {
 		return clierr.Usage("log.level", s, "must be one of debug, info, warn, error")

@@ -20,7 +20,9 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/spf13/pflag"
 
@@ -38,6 +40,9 @@ type Options struct {
 	ConfigFile      string
 	SystemdSocket   bool
 	MaxConnections  int
+	// DisableExporterMetrics leaves out the metrics about the exporter
+	// process itself (go_*, process_*, promhttp_*), as node_exporter's flag.
+	DisableExporterMetrics bool
 }
 
 // DefaultMaxConnections is how many HTTP connections serve holds at most: a
@@ -55,6 +60,8 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 		"use the sockets systemd passes (socket activation) instead of --web.listen-address")
 	fs.IntVar(&o.MaxConnections, "web.max-connections", DefaultMaxConnections,
 		"HTTP connections held at most; at the limit a new one closes the longest-idle one")
+	fs.BoolVar(&o.DisableExporterMetrics, "web.disable-exporter-metrics", false,
+		"leave out the metrics about the exporter process itself (go_*, process_*, promhttp_*)")
 }
 
 // hostname matches a syntactically valid DNS name; anything else that is not
@@ -172,16 +179,7 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(o.TelemetryPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		EnableOpenMetrics: true,
-		// A source that fails is reported in stacktop_scrape_error; the
-		// rest of the scrape is still worth serving.
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
-		// No MaxRequestsInFlight: concurrent scrapes wait for each other
-		// (the exporter reads the kernel maps for one at a time) instead of
-		// getting 503; the connection limit bounds how many can wait.
-	})))
+	mux.Handle(o.TelemetryPath, o.metricsHandler(reg))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "Healthy")
 	})
@@ -196,6 +194,7 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		Name:        "stacktop",
 		Description: "eBPF network stack latency and per-process connection metrics",
 		Version:     version,
+		Profiling:   "false", // no pprof handler is served
 		Links: []web.LandingLinks{
 			{Address: o.TelemetryPath, Text: "Metrics"},
 			{Address: "/-/healthy", Text: "Health"},
@@ -226,6 +225,40 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		ConnState:         s.limit.track,
 	}
 	return s, nil
+}
+
+// metricsHandler serves reg and, unless they are disabled, the metrics
+// about the exporter process itself.
+func (o *Options) metricsHandler(reg *prometheus.Registry) http.Handler {
+	opts := promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		// A source that fails is reported in stacktop_scrape_error; the
+		// rest of the scrape is still worth serving.
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
+		// No MaxRequestsInFlight: concurrent scrapes wait for each other
+		// (the exporter reads the kernel maps for one at a time) instead of
+		// getting 503; the connection limit bounds how many can wait.
+	}
+	if o.DisableExporterMetrics {
+		return promhttp.HandlerFor(reg, opts)
+	}
+	own := prometheus.NewRegistry()
+	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.InstrumentMetricHandler(own, promhttp.HandlerFor(prometheus.Gatherers{reg, withoutAllocTotal(own)}, opts))
+}
+
+// withoutAllocTotal leaves go_memstats_alloc_bytes_total out of g: in
+// OpenMetrics a counter's family drops "_total", so it would be a second
+// family named go_memstats_alloc_bytes beside the gauge of that name
+// (prometheus/client_golang#829), which OpenMetrics parsers reject.
+func withoutAllocTotal(g prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := g.Gather()
+		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool {
+			return mf.GetName() == "go_memstats_alloc_bytes_total"
+		}), err
+	})
 }
 
 // refuseBodies answers a request that carries a body with 400 and closes

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -286,6 +287,34 @@ func TestTelemetryPathIgnoresQueries(t *testing.T) {
 		code, _, body := get(t, http.DefaultClient, "http://"+addr+path, nil)
 		if code != want || want == http.StatusOK && !strings.Contains(body, "stacktop_test_value 42") {
 			t.Errorf("GET %s: status %d, want %d:\n%.200s", path, code, want, body)
+		}
+	}
+}
+
+// TestExporterMetrics: the metrics about the exporter process are served,
+// one family per name in OpenMetrics too, unless
+// --web.disable-exporter-metrics leaves them out.
+func TestExporterMetrics(t *testing.T) {
+	openMetrics := http.Header{"Accept": {"application/openmetrics-text;version=1.0.0"}}
+	for _, disabled := range []bool{false, true} {
+		url := "http://" + serve(t, Options{DisableExporterMetrics: disabled}) + "/metrics"
+		_, _, body := get(t, http.DefaultClient, url, openMetrics)
+		families := map[string]int{}
+		for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) `).FindAllStringSubmatch(body, -1) {
+			families[m[1]]++
+		}
+		for name, n := range families {
+			if n > 1 {
+				t.Errorf("disabled %v: %d families named %s", disabled, n, name)
+			}
+		}
+		for _, name := range []string{"go_goroutines", "go_memstats_alloc_bytes", "process_start_time_seconds", "promhttp_metric_handler_requests"} {
+			if _, ok := families[name]; ok == disabled {
+				t.Errorf("disabled %v: family %s exported %v", disabled, name, ok)
+			}
+		}
+		if families["stacktop_test_value"] != 1 {
+			t.Errorf("disabled %v: the registry's own metric is missing:\n%s", disabled, body)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,6 +257,12 @@ func TestHealthAndReadiness(t *testing.T) {
 	for _, link := range []string{`href="/metrics"`, `href="/-/healthy"`, `href="/-/ready"`} {
 		if code != http.StatusOK || !strings.Contains(landing, link) {
 			t.Errorf("landing page (status %d) lacks %s", code, link)
+		}
+	}
+	// Every link of ours on it is served.
+	for _, m := range regexp.MustCompile(`href="(/[^"]*)"`).FindAllStringSubmatch(landing, -1) {
+		if code, _, _ := get(t, http.DefaultClient, "http://"+addr+m[1], http.Header{}); code != http.StatusOK {
+			t.Errorf("landing page links %s, which answers %d", m[1], code)
 		}
 	}
 }
