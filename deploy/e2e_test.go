@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -315,41 +316,9 @@ func TestPrometheusEndToEnd(t *testing.T) {
 // does: as an unprivileged user holding only the unit's ambient
 // capabilities. Every probe and the connection tracking must come up.
 func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
-	testenv.RequireRoot(t)
-	unit, err := os.ReadFile("systemd/stacktop.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^AmbientCapabilities=(.+)$`).FindSubmatch(unit)
-	if m == nil {
-		t.Fatal("unit sets no AmbientCapabilities")
-	}
-	capNumbers := map[string]uintptr{"CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
-		"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
-	permitted, err := permittedCaps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var caps []uintptr
-	for _, name := range strings.Fields(string(m[1])) {
-		n, ok := capNumbers[name]
-		switch {
-		case !ok:
-			t.Fatalf("capability %s of the unit is unknown to this test", name)
-		case permitted&(1<<n) == 0:
-			// A container may withhold one (this CI sandbox lacks
-			// CAP_SYS_RESOURCE); running with fewer still proves enough.
-			t.Logf("%s is not ours to grant; running without it", name)
-		default:
-			caps = append(caps, n)
-		}
-	}
 	addr := testenv.FreeLoopbackAddr(t)
 	cmd := exec.Command(testenv.Binary(t), "serve", "--web.listen-address", addr, "--interval", "1s")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
-		AmbientCaps: caps,
-	}
+	asUnit(t, cmd)
 	start(t, cmd)
 	testenv.Eventually(t, 30*time.Second, "the unprivileged exporter ready (programs attached)", func() error {
 		resp, err := http.Get("http://" + addr + "/-/ready")
@@ -389,6 +358,103 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 		if !regexp.MustCompile(want).MatchString(body) {
 			t.Errorf("metrics lack a line matching %s", want)
 		}
+	}
+}
+
+// TestSystemdUnitCapabilitiesKnowPreexistingOwners: with only the unit's
+// capabilities, as another user, stacktop may not read a root process's
+// /proc/PID/fd. The owner of a listener that process opened before
+// start-up still comes from the kernel: its pid, process name and cgroup.
+func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	cmd := exec.Command(testenv.Binary(t), "stream", "--tcp", "--format", "json", "--count", "1",
+		"--interval", "200ms", "--port", strconv.Itoa(port))
+	asUnit(t, cmd)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, stderr.String())
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroup := regexp.MustCompile(`(?m)^0::(.*)$`).FindSubmatch(self)
+	if cgroup == nil {
+		t.Fatalf("no cgroup v2 path in /proc/self/cgroup:\n%s", self)
+	}
+	want := fmt.Sprintf("pid %d, comm %q, cgroup %q", os.Getpid(), strings.TrimSpace(string(comm)), cgroup[1])
+	var listeners int
+	for line := range strings.Lines(string(out)) {
+		var r struct {
+			LocalPort int    `json:"local_port"`
+			State     string `json:"state"`
+			PID       int    `json:"pid"`
+			Comm      string `json:"comm"`
+			Cgroup    string `json:"cgroup"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if r.LocalPort != port || r.State != "LISTEN" {
+			continue
+		}
+		listeners++
+		if got := fmt.Sprintf("pid %d, comm %q, cgroup %q", r.PID, r.Comm, r.Cgroup); got != want {
+			t.Errorf("the listener's owner: %s; want %s", got, want)
+		}
+	}
+	if listeners != 1 {
+		t.Errorf("%d listeners on port %d, want 1:\n%s", listeners, port, out)
+	}
+}
+
+// asUnit makes cmd run as the systemd unit runs stacktop: as an
+// unprivileged user (nobody) holding only the unit's ambient capabilities.
+func asUnit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	unit, err := os.ReadFile("systemd/stacktop.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^AmbientCapabilities=(.+)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("unit sets no AmbientCapabilities")
+	}
+	capNumbers := map[string]uintptr{"CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
+		"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
+	permitted, err := permittedCaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []uintptr
+	for _, name := range strings.Fields(string(m[1])) {
+		n, ok := capNumbers[name]
+		switch {
+		case !ok:
+			t.Fatalf("capability %s of the unit is unknown to this test", name)
+		case permitted&(1<<n) == 0:
+			// A container may withhold one (this CI sandbox lacks
+			// CAP_SYS_RESOURCE); running with fewer still proves enough.
+			t.Logf("%s is not ours to grant; running without it", name)
+		default:
+			caps = append(caps, n)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: caps,
 	}
 }
 

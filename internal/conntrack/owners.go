@@ -75,3 +75,32 @@ type ownerSearch struct {
 	passes  uint8
 	refresh uint64
 }
+
+// ownPreexisting gives the TCP sockets that existed before start-up, and
+// whose owner /proc did not tell, the owner the kernel knows: conns_owners
+// sets the process that holds each in its adopted entry. Reading another
+// user's /proc/PID/fd takes CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which
+// a service running with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN lacks; the
+// iterator needs none beyond those. Without it (before 5.11, or refused),
+// or for a socket without an entry (the table was full), /proc is all.
+func (t *Tracker) ownPreexisting() error {
+	it := t.engine.Iterator(ownersProgram)
+	missing := false
+	for _, p := range t.preexisting {
+		missing = missing || p.rec.PID == 0
+	}
+	if it == nil || !missing {
+		return nil
+	}
+	if err := readIterator(it); err != nil {
+		return fmt.Errorf("finding the owners of sockets open at start-up: %w", err)
+	}
+	for cookie, p := range t.preexisting {
+		var c connsConn
+		if p.rec.PID != 0 || t.objs.Conns.Lookup(&cookie, &c) != nil || c.Owner.Pid == 0 {
+			continue // closed meanwhile, or not adopted: its owner stays unknown
+		}
+		p.rec.PID, p.rec.Comm, p.rec.Cgroup = c.Owner.Pid, t.scratch.comm(c.Owner.Comm), t.cgroups.Path(c.Owner.CgroupId)
+	}
+	return nil
+}

@@ -58,7 +58,7 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 		return err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	h, err := inetDiagIn(ns)
 	if err != nil {
 		return err
 	}
@@ -111,6 +111,18 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 		}
 	}
 	return nil
+}
+
+// inetDiagIn opens a sock_diag handle in ns: in our own namespace without
+// entering it, which takes CAP_SYS_ADMIN even there.
+func inetDiagIn(ns netns.NsHandle) (*netlink.Handle, error) {
+	if own, err := netns.Get(); err == nil {
+		defer own.Close()
+		if ns.Equal(own) {
+			return netlink.NewHandle(unix.NETLINK_INET_DIAG)
+		}
+	}
+	return netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
 }
 
 // adoptPreexisting gives every TCP socket that existed before start-up an
