@@ -363,20 +363,45 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 
 // TestSystemdUnitCapabilitiesKnowPreexistingOwners: with only the unit's
 // capabilities, as another user, stacktop may not read a root process's
-// /proc/PID/fd. The owner of a listener that process opened before
-// start-up still comes from the kernel: its pid, process name and cgroup.
+// /proc/PID/fd. The owners of a TCP listener and a UDP socket that process
+// opened before start-up still come from the kernel: pid, process name and
+// cgroup.
 func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	cmd := exec.Command(testenv.Binary(t), "stream", "--tcp", "--format", "json", "--count", "1",
-		"--interval", "200ms", "--port", strconv.Itoa(port))
+	server, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	tcpPort, udpPort := l.Addr().(*net.TCPAddr).Port, server.LocalAddr().(*net.UDPAddr).Port
+	cmd := exec.Command(testenv.Binary(t), "stream", "--format", "json", "--count", "2",
+		"--interval", "500ms", "--port", fmt.Sprintf("%d,%d", tcpPort, udpPort))
 	asUnit(t, cmd)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	// A UDP flow shows once datagrams cross it: send until stacktop is done.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		c, err := net.DialUDP("udp", nil, server.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_, _ = c.Write([]byte("ping"))
+			}
+		}
+	}()
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("%v: %v\n%s", cmd.Args, err, stderr.String())
@@ -394,9 +419,10 @@ func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
 		t.Fatalf("no cgroup v2 path in /proc/self/cgroup:\n%s", self)
 	}
 	want := fmt.Sprintf("pid %d, comm %q, cgroup %q", os.Getpid(), strings.TrimSpace(string(comm)), cgroup[1])
-	var listeners int
+	seen := map[string]int{}
 	for line := range strings.Lines(string(out)) {
 		var r struct {
+			Proto     string `json:"proto"`
 			LocalPort int    `json:"local_port"`
 			State     string `json:"state"`
 			PID       int    `json:"pid"`
@@ -406,16 +432,22 @@ func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
-		if r.LocalPort != port || r.State != "LISTEN" {
+		var what string
+		switch {
+		case r.Proto == "tcp" && r.LocalPort == tcpPort && r.State == "LISTEN":
+			what = "the TCP listener"
+		case r.Proto == "udp" && r.LocalPort == udpPort:
+			what = "the UDP socket"
+		default:
 			continue
 		}
-		listeners++
+		seen[what]++
 		if got := fmt.Sprintf("pid %d, comm %q, cgroup %q", r.PID, r.Comm, r.Cgroup); got != want {
-			t.Errorf("the listener's owner: %s; want %s", got, want)
+			t.Errorf("%s's owner: %s; want %s", what, got, want)
 		}
 	}
-	if listeners != 1 {
-		t.Errorf("%d listeners on port %d, want 1:\n%s", listeners, port, out)
+	if seen["the TCP listener"] == 0 || seen["the UDP socket"] == 0 {
+		t.Errorf("records of the sockets: %v, want both:\n%s", seen, out)
 	}
 }
 

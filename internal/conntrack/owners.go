@@ -76,20 +76,17 @@ type ownerSearch struct {
 	refresh uint64
 }
 
-// ownPreexisting gives the TCP sockets that existed before start-up, and
-// whose owner /proc did not tell, the owner the kernel knows: conns_owners
-// sets the process that holds each in its adopted entry. Reading another
-// user's /proc/PID/fd takes CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which
-// a service running with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN lacks; the
-// iterator needs none beyond those. Without it (before 5.11, or refused),
-// or for a socket without an entry (the table was full), /proc is all.
+// ownPreexisting gives the sockets that existed before start-up the owner
+// the kernel knows: conns_owners sets the process that holds each, in the
+// adopted entry of a TCP socket, in the owners map for a UDP one. /proc
+// tells only where stacktop may read every process's descriptors (root):
+// a service that runs as another user with CAP_BPF, CAP_PERFMON and
+// CAP_NET_ADMIN may not, and the iterator needs no more. Without it (before
+// 5.11, or refused), or for a TCP socket without an entry (the table was
+// full), /proc is all.
 func (t *Tracker) ownPreexisting() error {
 	it := t.engine.Iterator(ownersProgram)
-	missing := false
-	for _, p := range t.preexisting {
-		missing = missing || p.rec.PID == 0
-	}
-	if it == nil || !missing {
+	if it == nil {
 		return nil
 	}
 	if err := readIterator(it); err != nil {
