@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -63,6 +64,13 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 	for _, name := range []string{"btf", "fentry", "tp_btf", "netfilter_link", "ringbuf", "sk_storage", "tcp-socket-read clock:"} {
 		if !strings.Contains(out, "\n"+name+" ") {
 			t.Errorf("doctor output lacks %s:\n%s", name, out)
+		}
+	}
+	// Root on the kernels we support: every command runs, whatever
+	// backends were refused on the way.
+	for _, command := range []string{"top/stream", "latency", "serve"} {
+		if !regexp.MustCompile(`(?m)^` + command + ` +runs \([a-z, ]+\)`).MatchString(out) {
+			t.Errorf("doctor's verdict does not say %s runs:\n%s", command, out)
 		}
 	}
 }
