@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -89,6 +90,31 @@ func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
 	root.PersistentFlags().StringVar(logLevel, "log-level", "warn", "log level (alias of --log.level)")
 	root.PersistentFlags().MarkHidden("log-level")
 	root.PersistentFlags().String("log.format", "logfmt", "log format: logfmt, json")
+	strictTopics(root)
+}
+
+// strictTopics makes `help TOPIC` and `completion SHELL` refuse what they do
+// not know (exit 2): cobra prints help for it and exits 0.
+func strictTopics(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if topic, rest, err := c.Root().Find(args); err != nil || topic == nil || len(rest) > 0 {
+					return clierr.Usagef("unknown help topic %q", strings.Join(args, " "))
+				}
+				show(c, args)
+				return nil
+			}
+		case "completion":
+			// Runnable, so that its NoArgs applies to an unknown shell.
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+	}
 }
 
 // defaultLogLevel is the annotation by which a command logs at another

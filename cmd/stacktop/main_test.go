@@ -29,6 +29,9 @@ func TestUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		{[]string{"stacktop", "--log.level", "loud", "version"}, `invalid --log.level "loud"`},
 		{[]string{"stacktop", "--log.format", "xml", "version"}, `invalid --log.format "xml": must be logfmt or json`},
 		{[]string{"stacktop", "version", "extra"}, `unknown command "extra"`},
+		{[]string{"stacktop", "help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"stacktop", "help", "latency", "bogus"}, `unknown help topic "latency bogus"`},
+		{[]string{"stacktop", "completion", "bogus"}, `unknown command "bogus" for "stacktop completion"`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(c.args...)
