@@ -234,9 +234,17 @@ func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 	return nil
 }
 
-// ReasonHistFull names the counter of samples lost for want of room in the
-// histogram map.
-const ReasonHistFull = "hist_full"
+// Names of the debug counters that outputs other than --debug-counters
+// read: samples lost for want of room in the histogram map; packets
+// recorded (the histograms' samples); socket-read probe reads seen but not
+// timed, because the socket's FIFO of enqueue stamps was full or the read
+// matched no stamp (udp-socket-read on the tracepoint backend).
+const (
+	ReasonHistFull      = "hist_full"
+	ReasonRecorded      = "recorded"
+	ReasonFIFOFull      = "fifo_full"
+	ReasonReadUntracked = "read_untracked"
+)
 
 // numReasons is the number of debug counters per hook.
 const numReasons = int(latencyReasonN_REASONS)
@@ -245,14 +253,14 @@ const numReasons = int(latencyReasonN_REASONS)
 // happened to each packet a hook saw. TestReasonsNamed fails when the C
 // gains a reason without a name here.
 var Reasons = [numReasons]string{
-	latencyReasonREASON_RECORDED:       "recorded",
+	latencyReasonREASON_RECORDED:       ReasonRecorded,
 	latencyReasonREASON_NO_STAMP:       "no_stamp",
 	latencyReasonREASON_FUTURE_STAMP:   "future_stamp",
 	latencyReasonREASON_DELIVERY_TIME:  "delivery_time",
 	latencyReasonREASON_HIST_FULL:      ReasonHistFull,
 	latencyReasonREASON_HOL_BLOCKED:    "hol_blocked",
-	latencyReasonREASON_FIFO_FULL:      "fifo_full",
-	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
+	latencyReasonREASON_FIFO_FULL:      ReasonFIFOFull,
+	latencyReasonREASON_READ_UNTRACKED: ReasonReadUntracked,
 	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
 }
 
