@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
-	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
 	"github.com/stacktop/stacktop/internal/testenv/reexec"
@@ -74,18 +71,7 @@ const (
 // returns the listener's port and that call.
 func hostileClient(t *testing.T) (port int, connect func()) {
 	t.Helper()
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(root, hostileCgroup), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(filepath.Join(root, hostileCgroup)); err != nil {
-			t.Errorf("removing cgroup: %v", err)
-		}
-	})
+	newCgroup(t, hostileCgroup)
 	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	_, connect = clientIn(t, reexec.CommandAs(t, hostileComm, "pod-client", podAddrEnv+"="+l.Addr().String()), hostileCgroup)
 	return l.Addr().(*net.TCPAddr).Port, connect

@@ -78,20 +78,7 @@ var podNames = kube.Names{Namespace: "shop", Pod: "web-7c5f9d8b4-x2x9q", Contain
 // after its processes (t.Cleanup runs last-registered first).
 func makeKubelet(t *testing.T) string {
 	t.Helper()
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, podCgroup), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for dir := podCgroup; dir != "/"; dir = filepath.Dir(dir) {
-			if err := os.Remove(filepath.Join(root, dir)); err != nil {
-				t.Errorf("removing cgroup: %v", err)
-			}
-		}
-	})
+	newCgroup(t, podCgroup)
 	logs := t.TempDir()
 	podLogs := filepath.Join(logs, "pods", podNames.Namespace+"_"+podNames.Pod+"_"+podUID, podNames.Container)
 	if err := os.MkdirAll(podLogs, 0o755); err != nil {
@@ -108,6 +95,27 @@ func makeKubelet(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return logs
+}
+
+// newCgroup creates the cgroup at path (relative to the v2 root) and those
+// above it, and removes them when the test ends, after its processes
+// (t.Cleanup runs last-registered first).
+func newCgroup(t *testing.T, path string) {
+	t.Helper()
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for dir := path; dir != "/"; dir = filepath.Dir(dir) {
+			if err := os.Remove(filepath.Join(root, dir)); err != nil {
+				t.Errorf("removing cgroup: %v", err)
+			}
+		}
+	})
 }
 
 // podProcess starts the pod client, moves it into the pod's cgroup and

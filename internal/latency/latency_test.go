@@ -312,22 +312,30 @@ func (t *Tracer) usesNetfilter() bool {
 	return slices.ContainsFunc(t.engine.Attached(), func(a attach.Attached) bool { return a.Kind == attach.Netfilter })
 }
 
+// newCgroup makes a cgroup named name under the v2 root for the test, and
+// returns its directory.
+func newCgroup(t *testing.T, name string) string {
+	t.Helper()
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, name)
+	_ = os.Remove(dir) // left by a killed run
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
 // TestCgroupFilterAndGrouping: a child process in a cgroup of its own reads
 // datagrams alongside this process. With -C the socket-read histograms split
 // by the reading task's cgroup, named by path; with -c only the child's
 // cgroup is counted.
 func TestCgroupFilterAndGrouping(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-cg", 11)
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "stl-cgtest")
-	_ = os.Remove(dir)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(dir) })
+	dir := newCgroup(t, "stl-cgtest")
 	childCgroup, err := cgroup.ID(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -452,16 +460,7 @@ func perProcess(t *testing.T, tr *Tracer) map[hookProcess]uint64 {
 // valid UTF-8 (JSON, CSV and Prometheus labels need it).
 func TestHostileNamesInGroups(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-hostile", 17)
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "stl-\xff\xfe")
-	_ = os.Remove(dir)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(dir) })
+	dir := newCgroup(t, "stl-\xff\xfe")
 	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true, GroupByCgroup: true})
 	waitForStamps(t, tr, p)
 	pid := readInChildAs(t, "bad\xff\xfe", p, "udp", dir, 3)
