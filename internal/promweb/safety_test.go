@@ -294,6 +294,7 @@ func TestBodyPendingConnectionsDoNotStarveScrapes(t *testing.T) {
 					// Evicted already, the write may fail: the defence working.
 					_, _ = c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: test\r\nContent-Length: 100000\r\n\r\n"))
 				}
+				waitRequestsRead(t, addr)
 				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
 				req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
 				if err != nil {
@@ -337,4 +338,35 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// waitRequestsRead waits until the server at addr has read every byte sent
+// to it, as /proc/net/tcp shows its sockets' receive queues: the requests
+// have all reached the server before the scrape is measured.
+func waitRequestsRead(t *testing.T, addr string) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf(":%04X ", p)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		unread := 0
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) > 4 && strings.HasSuffix(f[1]+" ", local) {
+				rx, _ := strconv.ParseUint(f[4][strings.IndexByte(f[4], ':')+1:], 16, 64)
+				unread += int(rx)
+			}
+		}
+		if unread == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server left %d bytes unread for 10 s", unread)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
