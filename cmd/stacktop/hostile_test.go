@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stacktop/stacktop/internal/conn"
@@ -112,12 +114,17 @@ func TestHostileNamesInMachineFormats(t *testing.T) {
 		t.Errorf("CSV without the escaped names, or not UTF-8:\n%q", out)
 	}
 
-	body := scrape(t, startServe(t))
+	url := startServe(t)
 	want := `stacktop_open_connections{cgroup="` + strings.ReplaceAll(hostileCgroupShown, `\`, `\\`) +
 		`",comm="` + strings.ReplaceAll(hostileCommShown, `\`, `\\`) + `",`
-	if !strings.Contains(body, want) {
-		t.Errorf("no series %s...:\n%s", want, strings.Join(seriesOf(body, "stacktop_open_connections"), "\n"))
-	}
+	var body string
+	// Ready means attached: the first snapshot may still be on its way.
+	testenv.Eventually(t, 30*time.Second, "the connection's series", func() error {
+		if body = scrape(t, url); !strings.Contains(body, want) {
+			return fmt.Errorf("no series %s...:\n%s", want, strings.Join(seriesOf(body, "stacktop_open_connections"), "\n"))
+		}
+		return nil
+	})
 	for _, name := range []string{`stacktop_lost_events_total{source="connections"}`, `stacktop_scrape_error{source="connections"} 0`} {
 		if !strings.Contains(body, name) {
 			t.Errorf("%s is missing", name)
