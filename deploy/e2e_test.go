@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -317,41 +318,9 @@ func TestPrometheusEndToEnd(t *testing.T) {
 // does: as an unprivileged user holding only the unit's ambient
 // capabilities. Every probe and the connection tracking must come up.
 func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
-	testenv.RequireRoot(t)
-	unit, err := os.ReadFile("systemd/stacktop.service")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^AmbientCapabilities=(.+)$`).FindSubmatch(unit)
-	if m == nil {
-		t.Fatal("unit sets no AmbientCapabilities")
-	}
-	capNumbers := map[string]uintptr{"CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
-		"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
-	permitted, err := permittedCaps()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var caps []uintptr
-	for _, name := range strings.Fields(string(m[1])) {
-		n, ok := capNumbers[name]
-		switch {
-		case !ok:
-			t.Fatalf("capability %s of the unit is unknown to this test", name)
-		case permitted&(1<<n) == 0:
-			// A container may withhold one (this CI sandbox lacks
-			// CAP_SYS_RESOURCE); running with fewer still proves enough.
-			t.Logf("%s is not ours to grant; running without it", name)
-		default:
-			caps = append(caps, n)
-		}
-	}
 	addr := testenv.FreeLoopbackAddr(t)
 	cmd := exec.Command(testenv.Binary(t), "serve", "--web.listen-address", addr, "--interval", "1s")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
-		AmbientCaps: caps,
-	}
+	asUnit(t, cmd)
 	start(t, cmd)
 	testenv.Eventually(t, 30*time.Second, "the unprivileged exporter ready (programs attached)", func() error {
 		resp, err := http.Get("http://" + addr + "/-/ready")
@@ -391,6 +360,135 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 		if !regexp.MustCompile(want).MatchString(body) {
 			t.Errorf("metrics lack a line matching %s", want)
 		}
+	}
+}
+
+// TestSystemdUnitCapabilitiesKnowPreexistingOwners: with only the unit's
+// capabilities, as another user, stacktop may not read a root process's
+// /proc/PID/fd. The owners of a TCP listener and a UDP socket that process
+// opened before start-up still come from the kernel: pid, process name and
+// cgroup.
+func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	server, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	tcpPort, udpPort := l.Addr().(*net.TCPAddr).Port, server.LocalAddr().(*net.UDPAddr).Port
+	cmd := exec.Command(testenv.Binary(t), "stream", "--format", "json", "--count", "2",
+		"--interval", "500ms", "--port", fmt.Sprintf("%d,%d", tcpPort, udpPort))
+	asUnit(t, cmd)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	// A UDP flow shows once datagrams cross it: send until stacktop is done.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		c, err := net.DialUDP("udp", nil, server.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_, _ = c.Write([]byte("ping"))
+			}
+		}
+	}()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, stderr.String())
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroup := regexp.MustCompile(`(?m)^0::(.*)$`).FindSubmatch(self)
+	if cgroup == nil {
+		t.Fatalf("no cgroup v2 path in /proc/self/cgroup:\n%s", self)
+	}
+	want := fmt.Sprintf("pid %d, comm %q, cgroup %q", os.Getpid(), strings.TrimSpace(string(comm)), cgroup[1])
+	seen := map[string]int{}
+	for line := range strings.Lines(string(out)) {
+		var r struct {
+			Proto     string `json:"proto"`
+			LocalPort int    `json:"local_port"`
+			State     string `json:"state"`
+			PID       int    `json:"pid"`
+			Comm      string `json:"comm"`
+			Cgroup    string `json:"cgroup"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		var what string
+		switch {
+		case r.Proto == "tcp" && r.LocalPort == tcpPort && r.State == "LISTEN":
+			what = "the TCP listener"
+		case r.Proto == "udp" && r.LocalPort == udpPort:
+			what = "the UDP socket"
+		default:
+			continue
+		}
+		seen[what]++
+		if got := fmt.Sprintf("pid %d, comm %q, cgroup %q", r.PID, r.Comm, r.Cgroup); got != want {
+			t.Errorf("%s's owner: %s; want %s", what, got, want)
+		}
+	}
+	if seen["the TCP listener"] == 0 || seen["the UDP socket"] == 0 {
+		t.Errorf("records of the sockets: %v, want both:\n%s", seen, out)
+	}
+}
+
+// asUnit makes cmd run as the systemd unit runs stacktop: as an
+// unprivileged user (nobody) holding only the unit's ambient capabilities.
+func asUnit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	unit, err := os.ReadFile("systemd/stacktop.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^AmbientCapabilities=(.+)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("unit sets no AmbientCapabilities")
+	}
+	capNumbers := map[string]uintptr{"CAP_BPF": unix.CAP_BPF, "CAP_PERFMON": unix.CAP_PERFMON,
+		"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
+	permitted, err := permittedCaps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []uintptr
+	for _, name := range strings.Fields(string(m[1])) {
+		n, ok := capNumbers[name]
+		switch {
+		case !ok:
+			t.Fatalf("capability %s of the unit is unknown to this test", name)
+		case permitted&(1<<n) == 0:
+			// A container may withhold one (this CI sandbox lacks
+			// CAP_SYS_RESOURCE); running with fewer still proves enough.
+			t.Logf("%s is not ours to grant; running without it", name)
+		default:
+			caps = append(caps, n)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+		AmbientCaps: caps,
 	}
 }
 

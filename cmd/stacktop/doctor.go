@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -28,8 +29,12 @@ func newDoctorCmd() *cobra.Command {
 		Long: `doctor loads and attaches a minimal program of every kind stacktop may use
 (fentry, fexit, tp_btf, raw_tp, netfilter links, kprobes, iterators, cgroup_skb)
 and checks the maps and helpers it relies on. Each line says whether the kernel
-accepted it and, if not, the error it answered with.`,
-		Example: `  stacktop doctor                # what this kernel allows, and each hook's backend
+accepted it and, if not, the error it answered with. It ends with a verdict
+per command: whether it runs here, with which backends, and which hooks it
+does without (degraded) or which probes see nothing (blind). It exits 1 only
+when a command cannot run here; a refused backend that another one stands in
+for is not a problem.`,
+		Example: `  stacktop doctor                # what this kernel allows, each hook's backend, a verdict per command
   stacktop doctor --format json  # the same, for a bug report`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -41,17 +46,22 @@ accepted it and, if not, the error it answered with.`,
 				return err
 			}
 			rep := features.Detect()
-			hooks := probeHooks()
+			hooks, errs := probeHooks()
+			verdicts := judge(hooks, errs)
 			readClock := latency.TCPReadClock()
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(struct {
+				if err := enc.Encode(struct {
 					*features.Report
 					Hooks        map[string][]features.Choice `json:"hooks"`
 					TCPReadClock latency.ReadClock            `json:"tcp_read_clock"`
-				}{rep, hooks, readClock})
+					Verdicts     []verdict                    `json:"verdicts"`
+				}{rep, hooks, readClock, verdicts}); err != nil {
+					return err
+				}
+				return cannotRun(verdicts)
 			}
 			fmt.Fprintf(out, "kernel %s\n\n", rep.Kernel)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -69,8 +79,13 @@ accepted it and, if not, the error it answered with.`,
 			if err := writeHookChoices(out, hooks); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why)
-			return err
+			if _, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why); err != nil {
+				return err
+			}
+			if err := writeVerdicts(out, verdicts); err != nil {
+				return err
+			}
+			return cannotRun(verdicts)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")
@@ -86,13 +101,14 @@ var hookProbers = map[string]func() ([]features.Choice, error){
 }
 
 // probeHooks runs every prober; a hook no backend could attach shows up with
-// an empty backend and its refusals, so the error itself adds nothing.
-func probeHooks() map[string][]features.Choice {
-	out := map[string][]features.Choice{}
+// an empty backend and its refusals. The error says whether the command
+// could start (a hook it needs is missing).
+func probeHooks() (map[string][]features.Choice, map[string]error) {
+	out, errs := map[string][]features.Choice{}, map[string]error{}
 	for cmd, probe := range hookProbers {
-		out[cmd], _ = probe()
+		out[cmd], errs[cmd] = probe()
 	}
-	return out
+	return out, errs
 }
 
 func writeHookChoices(w io.Writer, hooks map[string][]features.Choice) error {
@@ -117,4 +133,88 @@ func writeHookChoices(w io.Writer, hooks map[string][]features.Choice) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// verdict is doctor's conclusion for one command.
+type verdict struct {
+	Command  string   `json:"command"`
+	Runs     bool     `json:"runs"`
+	Backends []string `json:"backends,omitempty"` // the backends its hooks got
+	// Degraded are optional connection hooks no backend could attach: the
+	// command works without them, knowing less. Blind are latency probes no
+	// backend could attach: they see nothing.
+	Degraded []string `json:"degraded,omitempty"`
+	Blind    []string `json:"blind,omitempty"`
+	Missing  string   `json:"missing,omitempty"` // why it cannot run
+}
+
+// judge concludes per command. The connection tracker cannot start without
+// a hook it needs (errs says which); latency runs with the probes that
+// attached; serve needs the tracker and its default probe, tcp-socket-read.
+func judge(hooks map[string][]features.Choice, errs map[string]error) []verdict {
+	conns := verdict{Command: "top/stream", Runs: errs["top/stream"] == nil}
+	conns.Backends, conns.Degraded = attached(hooks["top/stream"])
+	if !conns.Runs {
+		conns.Missing = errs["top/stream"].Error()
+	}
+	lat := verdict{Command: "latency", Runs: true}
+	lat.Backends, lat.Blind = attached(hooks["latency"])
+	if len(lat.Backends) == 0 {
+		lat.Runs, lat.Missing = false, "no latency probe attaches"
+	}
+	serve := conns
+	serve.Command = "serve"
+	serve.Backends = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(conns.Backends), lat.Backends...))))
+	serve.Blind = lat.Blind
+	if serve.Runs && slices.Contains(lat.Blind, latency.TCPSocketRead.String()) {
+		serve.Runs, serve.Missing = false, "its default latency probe, tcp-socket-read, attaches with no backend (choose others with --latency.probes)"
+	}
+	return []verdict{conns, lat, serve}
+}
+
+// attached returns the backends choices got, and the hooks that got none.
+func attached(choices []features.Choice) (backends, without []string) {
+	for _, c := range choices {
+		if c.Backend == "" {
+			without = append(without, c.Hook)
+		} else if !slices.Contains(backends, string(c.Backend)) {
+			backends = append(backends, string(c.Backend))
+		}
+	}
+	slices.Sort(backends)
+	return backends, without
+}
+
+func writeVerdicts(w io.Writer, verdicts []verdict) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nCOMMAND\tVERDICT")
+	for _, v := range verdicts {
+		if !v.Runs {
+			fmt.Fprintf(tw, "%s\tcannot run here: %s\n", v.Command, v.Missing)
+			continue
+		}
+		line := "runs (" + strings.Join(v.Backends, ", ") + ")"
+		if len(v.Degraded) > 0 {
+			line += "; degraded, without " + strings.Join(v.Degraded, ", ")
+		}
+		if len(v.Blind) > 0 {
+			line += "; blind at " + strings.Join(v.Blind, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", v.Command, line)
+	}
+	return tw.Flush()
+}
+
+// cannotRun is the error doctor exits with when a command cannot run here.
+func cannotRun(verdicts []verdict) error {
+	var cannot []string
+	for _, v := range verdicts {
+		if !v.Runs {
+			cannot = append(cannot, v.Command)
+		}
+	}
+	if len(cannot) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s cannot run here: see the verdict above", strings.Join(cannot, ", "))
 }

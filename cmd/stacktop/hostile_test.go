@@ -4,11 +4,19 @@ package main
 
 import (
 	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
+	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/testenv"
+	"github.com/stacktop/stacktop/internal/testenv/reexec"
 )
 
 // TestStreamEscapesHostileProcessNames: a process that names itself
@@ -50,6 +58,78 @@ func TestStreamNetnsVocabulary(t *testing.T) {
 		}
 		if got := len(rows) - 1; got != want {
 			t.Errorf("--netns %s: %d connections, want %d:\n%s", netns, got, want, out)
+		}
+	}
+}
+
+// Names that are not valid UTF-8, as any local user can give a process (its
+// executable's name) or a delegated cgroup, and how every output writes
+// them.
+const (
+	hostileComm, hostileCommShown     = "bad\xff\xfe", `bad\xff\xfe`
+	hostileCgroup, hostileCgroupShown = "/stacktop-test-\xff\xfe", `/stacktop-test-\xff\xfe`
+)
+
+// hostileClient starts a process named hostileComm in the cgroup
+// hostileCgroup that connects to a loopback listener once told to, and
+// returns the listener's port and that call.
+func hostileClient(t *testing.T) (port int, connect func()) {
+	t.Helper()
+	newCgroup(t, hostileCgroup)
+	l := testenv.ServeLoopbackTCP(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	_, connect = clientIn(t, reexec.CommandAs(t, hostileComm, "pod-client", podAddrEnv+"="+l.Addr().String()), hostileCgroup)
+	return l.Addr().(*net.TCPAddr).Port, connect
+}
+
+// TestHostileNamesInMachineFormats: a connection of a process and cgroup
+// named with bytes that are not UTF-8 is in stream's JSON (valid JSON, every
+// line) and CSV (valid UTF-8) under the names escaped as the terminal shows
+// them, and in serve's series under the same names, beside stacktop's own
+// series, with no scrape error.
+func TestHostileNamesInMachineFormats(t *testing.T) {
+	testenv.RequireRoot(t)
+	port, connect := hostileClient(t)
+	out := streamRunWith(t, func(*testing.T) { connect() }, "stream", "--format", "json", "--count", "3",
+		"--interval", "400ms", "--port", strconv.Itoa(port))
+	var seen int
+	for line := range strings.Lines(out) {
+		var r conn.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil || !utf8.ValidString(line) {
+			t.Fatalf("not valid JSON: %q (%v)", line, err)
+		}
+		if r.RemotePort == uint16(port) {
+			seen++
+			if r.Comm != hostileCommShown || r.Cgroup != hostileCgroupShown {
+				t.Errorf("comm %q, cgroup %q; want %q, %q", r.Comm, r.Cgroup, hostileCommShown, hostileCgroupShown)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("the client's connection is not in the JSON:\n%s", out)
+	}
+
+	// The connection now exists before start-up: its owner comes from
+	// where pre-existing sockets' owners come from.
+	out = streamRunWith(t, func(*testing.T) {}, "stream", "--format", "csv", "--count", "1",
+		"--interval", "200ms", "--port", strconv.Itoa(port))
+	if !utf8.ValidString(out) || !strings.Contains(out, ","+hostileCommShown+","+hostileCgroupShown+",") {
+		t.Errorf("CSV without the escaped names, or not UTF-8:\n%q", out)
+	}
+
+	url := startServe(t)
+	want := `stacktop_open_connections{cgroup="` + strings.ReplaceAll(hostileCgroupShown, `\`, `\\`) +
+		`",comm="` + strings.ReplaceAll(hostileCommShown, `\`, `\\`) + `",`
+	var body string
+	// Ready means attached: the first snapshot may still be on its way.
+	testenv.Eventually(t, 30*time.Second, "the connection's series", func() error {
+		if body = scrape(t, url); !strings.Contains(body, want) {
+			return fmt.Errorf("no series %s...:\n%s", want, strings.Join(seriesOf(body, "stacktop_open_connections"), "\n"))
+		}
+		return nil
+	})
+	for _, name := range []string{`stacktop_lost_events_total{source="connections"}`, `stacktop_scrape_error{source="connections"} 0`} {
+		if !strings.Contains(body, name) {
+			t.Errorf("%s is missing", name)
 		}
 	}
 }

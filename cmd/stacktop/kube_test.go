@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -79,20 +80,7 @@ var podNames = kube.Names{Namespace: "shop", Pod: "web-7c5f9d8b4-x2x9q", Contain
 // after its processes (t.Cleanup runs last-registered first).
 func makeKubelet(t *testing.T) string {
 	t.Helper()
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, podCgroup), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for dir := podCgroup; dir != "/"; dir = filepath.Dir(dir) {
-			if err := os.Remove(filepath.Join(root, dir)); err != nil {
-				t.Errorf("removing cgroup: %v", err)
-			}
-		}
-	})
+	newCgroup(t, podCgroup)
 	logs := t.TempDir()
 	podLogs := filepath.Join(logs, "pods", podNames.Namespace+"_"+podNames.Pod+"_"+podUID, podNames.Container)
 	if err := os.MkdirAll(podLogs, 0o755); err != nil {
@@ -111,12 +99,40 @@ func makeKubelet(t *testing.T) string {
 	return logs
 }
 
+// newCgroup creates the cgroup at path (relative to the v2 root) and those
+// above it, and removes them when the test ends, after its processes
+// (t.Cleanup runs last-registered first).
+func newCgroup(t *testing.T, path string) {
+	t.Helper()
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for dir := path; dir != "/"; dir = filepath.Dir(dir) {
+			if err := os.Remove(filepath.Join(root, dir)); err != nil {
+				t.Errorf("removing cgroup: %v", err)
+			}
+		}
+	})
+}
+
 // podProcess starts the pod client, moves it into the pod's cgroup and
 // returns it and the line that lets it connect; it is stopped when the test
 // ends.
 func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 	t.Helper()
-	cmd := reexec.Command(t, "pod-client", podAddrEnv+"="+addr)
+	return clientIn(t, reexec.Command(t, "pod-client", podAddrEnv+"="+addr), podCgroup)
+}
+
+// clientIn starts cmd, a pod client, in the cgroup at path (relative to the
+// v2 root) and returns it and the line that lets it connect; it is stopped
+// when the test ends.
+func clientIn(t *testing.T, cmd *exec.Cmd, path string) (pid int, connect func()) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +151,7 @@ func podProcess(t *testing.T, addr string) (pid int, connect func()) {
 		}
 	})
 	root, _ := cgroup.Root()
-	if err := os.WriteFile(filepath.Join(root, podCgroup, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, path, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lines := bufio.NewScanner(stdout)

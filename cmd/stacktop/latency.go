@@ -194,7 +194,7 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 		return fmt.Errorf("%w (see `stacktop doctor`)", err)
 	}
 	defer tr.Close()
-	var warned uint64
+	losses := lossWatch{untimed: map[string]uint64{}}
 	var mu sync.Mutex // one report or slow event at a time
 	rep := reporter{format: f.run.Format, summary: f.summary, counters: f.debugCounters}
 	if f.delta {
@@ -220,31 +220,53 @@ func runLatency(cmd *cobra.Command, f *latencyFlags) error {
 				return err
 			}
 		}
-		warned = warnDropped(tr, warned)
+		if counters, err := tr.Counters(); err == nil {
+			losses.warn(counters)
+		}
 		// The kernel filters by index and id: a re-created interface or
 		// cgroup would silently count nothing, so stop and say so.
 		return sel.Gone()
 	})
 }
 
-// warnDropped logs, when it grew, the number of samples lost because the
-// histogram map had no room for a new probe/interface/cgroup/process combination.
-func warnDropped(tr *latency.Tracer, already uint64) uint64 {
-	counters, err := tr.Counters()
-	if err != nil {
-		return already
-	}
+// untimedShare is the share of a probe's reads seen but not timed (its
+// fifo_full and read_untracked counters) from which every report where it
+// grew warns: otherwise only --debug-counters shows it.
+const untimedShare = 0.01
+
+// lossWatch warns, at the reports where they grew, of samples lost for want
+// of room in the histogram map and of a visible share of reads not timed.
+type lossWatch struct {
+	dropped uint64
+	untimed map[string]uint64 // by probe
+}
+
+func (w *lossWatch) warn(counters []latency.Counter) {
 	var dropped uint64
+	recorded, untimed := map[string]uint64{}, map[string]uint64{}
 	for _, c := range counters {
-		if c.Reason == latency.ReasonHistFull {
+		switch c.Reason {
+		case latency.ReasonHistFull:
 			dropped += c.Count
+		case latency.ReasonRecorded:
+			recorded[c.Hook] += c.Count
+		case latency.ReasonFIFOFull, latency.ReasonReadUntracked:
+			untimed[c.Hook] += c.Count
 		}
 	}
-	if dropped > already {
+	if dropped > w.dropped {
 		slog.Warn("samples dropped: more probe/interface/cgroup/process combinations than the histogram map holds",
 			"dropped", dropped)
 	}
-	return dropped
+	w.dropped = dropped
+	for hook, n := range untimed {
+		share := float64(n) / float64(n+recorded[hook])
+		if n > w.untimed[hook] && share >= untimedShare {
+			slog.Warn("reads seen but not timed (--debug-counters says why: fifo_full, read_untracked)",
+				"probe", hook, "untimed", n, "share", fmt.Sprintf("%.1f%%", 100*share))
+		}
+		w.untimed[hook] = n
+	}
 }
 
 // reporter prints the reports of one run of latency.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -541,4 +542,33 @@ func TestLatencyAt(t *testing.T) {
 			t.Errorf("exit %v, stderr %q; want 1 and %q", err, stderr.String(), want)
 		}
 	})
+}
+
+// TestLossWatchWarnsOfUntimedReads: reads a probe saw but could not time
+// warn from 1 % of its reads on, at each report where they grew.
+func TestLossWatchWarnsOfUntimedReads(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	w := lossWatch{untimed: map[string]uint64{}}
+	const hook = "udp-socket-read"
+	for _, c := range []struct {
+		recorded, fifoFull, untracked uint64
+		want                          string // "" for no warning
+	}{
+		{1000, 5, 4, ""}, // 0.9 %
+		{1000, 20, 12, "probe=udp-socket-read untimed=32 share=3.1%"},
+		{1500, 20, 12, ""}, // not grown
+		{2000, 40, 20, "probe=udp-socket-read untimed=60 share=2.9%"},
+	} {
+		logged.Reset()
+		w.warn([]latency.Counter{
+			{Hook: hook, Reason: latency.ReasonRecorded, Count: c.recorded},
+			{Hook: hook, Reason: latency.ReasonFIFOFull, Count: c.fifoFull},
+			{Hook: hook, Reason: latency.ReasonReadUntracked, Count: c.untracked},
+		})
+		if got := logged.String(); c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%+v: logged %q, want %q", c, got, c.want)
+		}
+	}
 }

@@ -104,10 +104,42 @@ func setupRoot(root *cobra.Command, stdout, stderr io.Writer) {
 	cliflag.Enum(fs, "log.level", "debug", "info", "warn", "error")
 	cliflag.Enum(fs, "log.format", "logfmt", "json")
 	cliflag.RegisterCompletions(root)
+	strictTopics(root)
 }
+
+// strictTopics makes `help TOPIC` and `completion SHELL` refuse what they do
+// not know (exit 2): cobra prints help for it and exits 0.
+func strictTopics(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if topic, rest, err := c.Root().Find(args); err != nil || topic == nil || len(rest) > 0 {
+					return clierr.Usagef("unknown help topic %q", strings.Join(args, " "))
+				}
+				show(c, args)
+				return nil
+			}
+		case "completion":
+			// Runnable, so that its NoArgs applies to an unknown shell.
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+	}
+}
+
+// defaultLogLevel is the annotation by which a command logs at another
+// level than warn unless told otherwise.
+const defaultLogLevel = "log.level"
 
 func setupLogging(cmd *cobra.Command, stderr io.Writer) error {
 	s, _ := cmd.Flags().GetString("log.level")
+	if l, ok := cmd.Annotations[defaultLogLevel]; ok && !cmd.Flags().Changed("log.level") && !cmd.Flags().Changed("log-level") {
+		s = l
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(s)); err != nil {
 		return clierr.Usage("log.level", s, "must be one of debug, info, warn, error")

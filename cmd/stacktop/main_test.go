@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -30,6 +31,9 @@ func TestUsageErrorsExit2NamingTheProblem(t *testing.T) {
 		{[]string{"stacktop", "--log.level", "loud", "version"}, `invalid --log.level "loud"`},
 		{[]string{"stacktop", "--log.format", "xml", "version"}, `invalid --log.format "xml": must be logfmt or json`},
 		{[]string{"stacktop", "version", "extra"}, `unknown command "extra"`},
+		{[]string{"stacktop", "help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"stacktop", "help", "latency", "bogus"}, `unknown help topic "latency bogus"`},
+		{[]string{"stacktop", "completion", "bogus"}, `unknown command "bogus" for "stacktop completion"`},
 	}
 	for _, c := range cases {
 		code, _, stderr := runArgs(c.args...)
@@ -65,6 +69,13 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 	for _, name := range []string{"btf", "fentry", "tp_btf", "netfilter_link", "ringbuf", "sk_storage", "tcp-socket-read clock:"} {
 		if !strings.Contains(out, "\n"+name+" ") {
 			t.Errorf("doctor output lacks %s:\n%s", name, out)
+		}
+	}
+	// Root on the kernels we support: every command runs, whatever
+	// backends were refused on the way.
+	for _, command := range []string{"top/stream", "latency", "serve"} {
+		if !regexp.MustCompile(`(?m)^` + command + ` +runs \([a-z, ]+\)`).MatchString(out) {
+			t.Errorf("doctor's verdict does not say %s runs:\n%s", command, out)
 		}
 	}
 }

@@ -50,6 +50,11 @@ func TestPrivilegesNameWhatIsMissing(t *testing.T) {
 	}{
 		{"doctor as nobody", nobody, []string{"stacktop", "doctor"}, clierr.ExitPrivileges,
 			[]string{"error: stacktop needs " + loadCaps + ", which this process lacks. " + asRoot + "stacktop"}, []string{"NET_ADMIN"}},
+		// Connection tracking needs CAP_NET_ADMIN: doctor says so in its
+		// verdict and exits 1, where a refused backend that another stands
+		// in for would not.
+		{"doctor with CAP_BPF and CAP_PERFMON", bpfOnly, []string{"stacktop", "doctor"}, clierr.ExitFailure,
+			[]string{"error: top/stream, serve cannot run here: see the verdict above"}, nil},
 		{"tcptop as nobody", nobody, []string{"tcptop", "--count", "1"}, clierr.ExitPrivileges,
 			[]string{"error: tcptop needs " + loadCaps + " and " + netAdmin + "cgroup_skb", asRoot + "tcptop"}, nil},
 		{"stream with CAP_BPF and CAP_PERFMON", bpfOnly, []string{"stacktop", "stream", "--count", "1"}, clierr.ExitPrivileges,

@@ -15,7 +15,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
@@ -60,8 +59,11 @@ type serveOptions struct {
 func newServeCmd() *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve latency histograms and per-process connection metrics to Prometheus",
+		Use: "serve",
+		// A service logs where it listens and whether with TLS, as every
+		// Prometheus exporter does.
+		Annotations: map[string]string{defaultLogLevel: "info"},
+		Short:       "Serve latency histograms and per-process connection metrics to Prometheus",
 		Long: `serve runs the stack-latency probes and the connection tracking and exports
 both as Prometheus/OpenMetrics metrics (docs/METRICS.md lists them), by
 default on 127.0.0.1:9877 only. --web.config.file enables TLS and basic auth.
@@ -330,8 +332,6 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer stop()
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := o.web.NewServer(reg, version)
 	if err != nil {
 		return err

@@ -27,6 +27,13 @@ import (
 // the base URL.
 func startServe(t *testing.T, args ...string) string {
 	t.Helper()
+	url, _ := startServeLogged(t, args...)
+	return url
+}
+
+// startServeLogged is startServe that also returns what serve logs.
+func startServeLogged(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +60,7 @@ func startServe(t *testing.T, args ...string) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return url
+				return url, &stderr
 			}
 		}
 		select {
@@ -328,4 +335,21 @@ func TestServeSampling(t *testing.T) {
 		t.Errorf("--sample 4 recorded %v of %v packets, want %.0f ± %.0f", got, total, mean, 6*sd)
 	}
 	t.Logf("--sample 4 recorded %v of %v packets", got, total)
+}
+
+// TestServeLogsWhereItListens: at the default log level serve says at info
+// where it listens and that TLS is off, as every Prometheus exporter does;
+// --log.level warn silences it.
+func TestServeLogsWhereItListens(t *testing.T) {
+	url, logs := startServeLogged(t, "--no-collector.latency")
+	addr := strings.TrimPrefix(url, "http://")
+	for _, want := range []string{`level=INFO msg="Listening on" address=` + addr, `level=INFO msg="TLS is disabled." http2=false address=` + addr} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("serve logged no %s:\n%s", want, logs)
+		}
+	}
+	_, logs = startServeLogged(t, "--no-collector.latency", "--log.level", "warn")
+	if strings.Contains(logs.String(), "Listening on") {
+		t.Errorf("serve --log.level warn logged at info:\n%s", logs)
+	}
 }

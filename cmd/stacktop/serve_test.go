@@ -32,6 +32,8 @@ func TestServeBadInputExit2NamingTheProblem(t *testing.T) {
 		{[]string{"--web.config.file", brokenConfig}, `invalid --web.config.file "` + brokenConfig + `"`},
 		{[]string{"--web.config.file", "/nonexistent/web.yml"}, "no such file or directory"},
 		{[]string{"--web.telemetry-path", "metrics"}, `invalid --web.telemetry-path "metrics"`},
+		{[]string{"--web.telemetry-path", "/-/ready"}, `invalid --web.telemetry-path "/-/ready"`},
+		{[]string{"--web.telemetry-path", "/{x...}"}, `invalid --web.telemetry-path "/{x...}"`},
 		{[]string{"--interval", "0"}, `invalid argument "0" for "--interval" flag: must be from 0.01 to 86400 seconds`},
 		{[]string{"--connections.max-tracked", "0"}, `invalid argument "0" for "--connections.max-tracked" flag: must be a whole number from 1 to 4194304`},
 		{[]string{"--max-connections", "0"}, `invalid argument "0" for "--connections.max-tracked" flag`}, // the old spelling

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // Root returns the mount point of the cgroup v2 hierarchy, which may be
@@ -117,7 +119,7 @@ func (r *Resolver) rescan() {
 			if rel == "" {
 				rel = "/"
 			}
-			r.paths[st.Ino] = rel
+			r.paths[st.Ino] = termsafe.ValidUTF8(rel) // a delegated cgroup may be named anything
 		}
 		return nil
 	})

@@ -77,3 +77,29 @@ type ownerSearch struct {
 	passes  uint8
 	refresh uint64
 }
+
+// ownPreexisting gives the sockets that existed before start-up the owner
+// the kernel knows: conns_owners sets the process that holds each, in the
+// adopted entry of a TCP socket, in the owners map for a UDP one. /proc
+// tells only where stacktop may read every process's descriptors (root):
+// a service that runs as another user with CAP_BPF, CAP_PERFMON and
+// CAP_NET_ADMIN may not, and the iterator needs no more. Without it (before
+// 5.11, or refused), or for a TCP socket without an entry (the table was
+// full), /proc is all.
+func (t *Tracker) ownPreexisting() error {
+	it := t.engine.Iterator(ownersProgram)
+	if it == nil {
+		return nil
+	}
+	if err := readIterator(it); err != nil {
+		return fmt.Errorf("finding the owners of sockets open at start-up: %w", err)
+	}
+	for cookie, p := range t.preexisting {
+		var c connsConn
+		if p.rec.PID != 0 || t.objs.Conns.Lookup(&cookie, &c) != nil || c.Owner.Pid == 0 {
+			continue // closed meanwhile, or not adopted: its owner stays unknown
+		}
+		p.rec.PID, p.rec.Comm, p.rec.Cgroup = c.Owner.Pid, t.scratch.comm(c.Owner.Comm), t.cgroups.Path(c.Owner.CgroupId)
+	}
+	return nil
+}

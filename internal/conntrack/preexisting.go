@@ -21,6 +21,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/selector"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // preexisting is a TCP socket that was open before the tracker attached, as
@@ -59,7 +60,7 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 		return err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	h, err := inetDiagIn(ns)
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 				p.rec.RTTus, p.rec.Retrans = ti.Rtt, ti.Total_retrans
 			}
 			if o, ok := owners[uint64(m.INode)]; ok {
-				p.rec.PID, p.rec.Comm, p.rec.Cgroup = o.pid, o.comm, o.cgroup
+				p.rec.PID, p.rec.Comm, p.rec.Cgroup = o.pid, o.comm, termsafe.ValidUTF8(o.cgroup)
 			}
 			out[cookie] = p
 		}
@@ -112,6 +113,18 @@ func listNamespace(path string, ino uint32, owners map[uint64]procOwner, out map
 		}
 	}
 	return nil
+}
+
+// inetDiagIn opens a sock_diag handle in ns: in our own namespace without
+// entering it, which takes CAP_SYS_ADMIN even there.
+func inetDiagIn(ns netns.NsHandle) (*netlink.Handle, error) {
+	if own, err := netns.Get(); err == nil {
+		defer own.Close()
+		if ns.Equal(own) {
+			return netlink.NewHandle(unix.NETLINK_INET_DIAG)
+		}
+	}
+	return netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
 }
 
 // adoptPreexisting gives every TCP socket that existed before start-up an
@@ -225,7 +238,7 @@ func socketOwners() map[uint64]procOwner {
 
 func readComm(procDir string) string {
 	b, _ := os.ReadFile(filepath.Join(procDir, "comm"))
-	return strings.TrimSuffix(string(b), "\n")
+	return termsafe.ValidUTF8(strings.TrimSuffix(string(b), "\n"))
 }
 
 // readCgroup returns the process's cgroup v2 path (the "0::" line).

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/stacktop/stacktop/internal/conn"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // scratch is what Snapshot keeps between calls: what the last refresh
@@ -64,7 +65,7 @@ func (s *scratch) comm(c [16]int8) string {
 		}
 		b = append(b, byte(ch))
 	}
-	name := string(b)
+	name := termsafe.ValidUTF8(string(b))
 	s.comms[c] = name
 	return name
 }

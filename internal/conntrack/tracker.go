@@ -213,13 +213,16 @@ func (t *Tracker) open() error {
 	// one that closes in between is reported by the kernel.
 	var udpOwners map[uint64]connsOwner
 	t.preexisting, udpOwners = listPreexisting()
+	if err := t.adoptPreexisting(); err != nil {
+		return err
+	}
+	if err := t.ownPreexisting(); err != nil {
+		return err
+	}
 	if err := t.seedListeners(); err != nil {
 		return err
 	}
 	if err := t.seedUDPOwners(udpOwners); err != nil {
-		return err
-	}
-	if err := t.adoptPreexisting(); err != nil {
 		return err
 	}
 	t.last = time.Now()

@@ -17,6 +17,7 @@ import (
 	"github.com/stacktop/stacktop/internal/conn"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/kube"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // ConnSource yields connection snapshots. Each call returns every live
@@ -284,7 +285,8 @@ func (c *Connections) Add(s conn.Snapshot) {
 // groupKey returns the aggregate r counts in: its own, or, when the limit is
 // reached and r's has no series yet, the other series of its protocol.
 func (c *Connections) groupKey(r *conn.Record, now time.Time) groupKey {
-	gk := groupKey{r.Comm, r.Cgroup, r.Proto, r.Names}
+	// Names become label values, which must be valid UTF-8.
+	gk := groupKey{termsafe.ValidUTF8(r.Comm), termsafe.ValidUTF8(r.Cgroup), r.Proto, r.Names}
 	if c.maxGroups == 0 || c.groups[gk] != nil {
 		return gk
 	}
@@ -362,6 +364,11 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
+	// What says whether the data is whole goes first: nothing about one
+	// aggregate can take it away.
+	counter(lostDesc, c.lost, "connections")
+	ch <- prometheus.MustNewConstMetric(foldedDesc, prometheus.GaugeValue, float64(len(c.folded)))
+	counter(mapFullDesc, c.mapFull, "connections")
 	for k, g := range c.groups {
 		labels := k.labels(true)
 		counter(receivedBytesDesc, g.totals.bytesIn, labels...)
@@ -383,9 +390,6 @@ func (c *Connections) collect(ch chan<- prometheus.Metric) error {
 	for k, n := range c.open {
 		ch <- prometheus.MustNewConstMetric(openDesc, prometheus.GaugeValue, float64(n), k.labels(true, k.state)...)
 	}
-	counter(lostDesc, c.lost, "connections")
-	ch <- prometheus.MustNewConstMetric(foldedDesc, prometheus.GaugeValue, float64(len(c.folded)))
-	counter(mapFullDesc, c.mapFull, "connections")
 	if c.limit > 0 {
 		c.collectPerConnection(ch)
 	}
@@ -421,7 +425,8 @@ func (c *Connections) collectPerConnection(ch chan<- prometheus.Metric) {
 	for _, r := range busiest {
 		labels := []string{r.Proto, r.LocalAddr.String(), strconv.Itoa(int(r.LocalPort)),
 			r.RemoteAddr.String(), strconv.Itoa(int(r.RemotePort)),
-			strconv.FormatUint(uint64(r.PID), 10), r.Comm, r.Cgroup, r.Namespace, r.Pod, r.Container}
+			strconv.FormatUint(uint64(r.PID), 10), termsafe.ValidUTF8(r.Comm), termsafe.ValidUTF8(r.Cgroup),
+			r.Namespace, r.Pod, r.Container}
 		ch <- prometheus.MustNewConstMetric(connRecvDesc, prometheus.CounterValue, float64(r.BytesIn), labels...)
 		ch <- prometheus.MustNewConstMetric(connSentDesc, prometheus.CounterValue, float64(r.BytesOut), labels...)
 		if r.Proto == "tcp" {

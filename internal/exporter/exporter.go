@@ -8,6 +8,7 @@
 package exporter
 
 import (
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -136,10 +137,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 
 // timed runs one source's collection and reports how long it took and
 // whether it failed, so a broken source shows up in Prometheus instead of
-// failing the whole scrape.
+// failing the whole scrape. A source that panics has failed: the other
+// sources are still collected, and the process keeps serving.
 func (e *Exporter) timed(ch chan<- prometheus.Metric, source string, collect func() error) {
 	start := time.Now()
-	err := collect()
+	err := recovered(collect)
 	failed := 0.0
 	if err != nil {
 		failed = 1
@@ -148,4 +150,14 @@ func (e *Exporter) timed(ch chan<- prometheus.Metric, source string, collect fun
 	ch <- prometheus.MustNewConstMetric(scrapeDurationDesc, prometheus.GaugeValue,
 		time.Since(start).Seconds(), source)
 	ch <- prometheus.MustNewConstMetric(scrapeErrorDesc, prometheus.GaugeValue, failed, source)
+}
+
+// recovered runs collect and turns a panic into its error.
+func recovered(collect func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return collect()
 }

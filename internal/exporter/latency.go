@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stacktop/stacktop/internal/hist"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // latencyDesc names stacktop's own histogram. The label names are fixed for
@@ -117,7 +118,7 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 		ifaces := map[uint32]string{}
 		if ifcs, err := net.Interfaces(); err == nil {
 			for _, ifc := range ifcs {
-				ifaces[uint32(ifc.Index)] = ifc.Name
+				ifaces[uint32(ifc.Index)] = termsafe.ValidUTF8(ifc.Name)
 			}
 		}
 		var own unix.Stat_t

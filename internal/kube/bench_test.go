@@ -2,7 +2,13 @@
 
 package kube
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
 
 // BenchmarkNames is the cost the tracker adds to every record of every
 // refresh: a cgroup answered before, outside pods and in one.
@@ -23,5 +29,32 @@ func BenchmarkNames(b *testing.B) {
 				r.Names(cg)
 			}
 		})
+	}
+}
+
+// BenchmarkRescanUnlistedPod is what a pod cgroup the log directory does
+// not list costs at each rescan (every rescanEvery while it stays): with
+// neither directory changed, two stat(2) calls whatever their size.
+//
+//	go test -run '^$' -bench RescanUnlistedPod -benchmem ./internal/kube
+func BenchmarkRescanUnlistedPod(b *testing.B) {
+	k := fakeKubelet{b, b.TempDir()}
+	for i := range 2000 {
+		k.addContainer("shop", fmt.Sprintf("web-%d", i), fmt.Sprintf("%08d-fdcc-454b-97bd-aadfdeb4c340", i), "nginx",
+			fmt.Sprintf("%064d", i))
+	}
+	past := time.Now().Add(-time.Hour)
+	for _, d := range []string{"pods", "containers"} {
+		if err := os.Chtimes(filepath.Join(k.dir, d), past, past); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := NewResolver(k.dir)
+	r.rescanEvery = 0
+	unlisted := podSlice("1e597579-417e-482f-bf65-5fe170c3aebd")
+	r.Names(unlisted)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Names(unlisted)
 	}
 }

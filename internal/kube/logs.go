@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -64,7 +65,43 @@ type Resolver struct {
 	scanned    time.Time
 	containers map[string]Names // by container ID, from containers/
 	pods       map[string]Names // by pod UID, from pods/ (no container)
-	byCgroup   map[string]Names // cgroup paths answered completely, until the next scan
+	byCgroup   map[string]Names // cgroup paths answered completely, until a directory changes
+	// When pods/ and containers/ were last read: a scan reads again only a
+	// directory that changed since, so an unlisted pod cgroup costs two
+	// stat(2) per scan, not a read of every pod's and container's entry.
+	podsRead, containersRead listing
+}
+
+// listing is what a directory looked like when it was last read.
+type listing struct {
+	mtime, readAt time.Time
+	ino           uint64
+}
+
+// racyWindow is how long before a read a directory's mtime must be for the
+// read to be trusted while the mtime stays: an entry added in the same
+// clock tick as the read (or within a coarse file system's mtime
+// granularity) leaves the mtime as the read saw it.
+const racyWindow = 2 * time.Second
+
+// changed reports whether path may list other entries than at last, and
+// then records it as read now.
+func (l *listing) changed(path string) bool {
+	now := time.Now()
+	st, err := os.Stat(path)
+	if err != nil {
+		*l = listing{readAt: now} // gone or unreadable: read (nothing) again next time
+		return true
+	}
+	var ino uint64
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	if ino == l.ino && st.ModTime().Equal(l.mtime) && l.mtime.Before(l.readAt.Add(-racyWindow)) {
+		return false
+	}
+	*l = listing{mtime: st.ModTime(), readAt: now, ino: ino}
+	return true
 }
 
 // NewResolver returns a Resolver reading dir (e.g. /var/log).
@@ -112,27 +149,32 @@ func (r *Resolver) lookup(ref Ref) (n Names, complete bool) {
 	return n, ok && ref.ContainerID == ""
 }
 
-// scan reads pods/ and containers/ afresh; either may be missing (a
-// DaemonSet that mounts only one, or no kubelet at all).
+// scan reads again those of pods/ and containers/ that changed since they
+// were last read; either may be missing (a DaemonSet that mounts only one,
+// or no kubelet at all).
 func (r *Resolver) scan() {
 	r.scanned = time.Now()
-	clear(r.byCgroup) // answers of pods that went away go with them
-	r.pods = map[string]Names{}
-	if entries, err := os.ReadDir(filepath.Join(r.dir, "pods")); err == nil {
-		for _, e := range entries {
-			if uid, n, ok := parsePodDir(e.Name()); ok {
-				r.pods[uid] = n
-			}
+	pods, containers := filepath.Join(r.dir, "pods"), filepath.Join(r.dir, "containers")
+	if r.podsRead.changed(pods) {
+		r.pods = readNames(pods, parsePodDir)
+		clear(r.byCgroup) // answers of pods that went away go with them
+	}
+	if r.containersRead.changed(containers) {
+		r.containers = readNames(containers, parseContainerLog)
+		clear(r.byCgroup)
+	}
+}
+
+// readNames parses every entry name of dir that parse accepts, by key.
+func readNames(dir string, parse func(string) (string, Names, bool)) map[string]Names {
+	out := map[string]Names{}
+	entries, _ := os.ReadDir(dir) // none when missing
+	for _, e := range entries {
+		if key, n, ok := parse(e.Name()); ok {
+			out[key] = n
 		}
 	}
-	r.containers = map[string]Names{}
-	if entries, err := os.ReadDir(filepath.Join(r.dir, "containers")); err == nil {
-		for _, e := range entries {
-			if id, n, ok := parseContainerLog(e.Name()); ok {
-				r.containers[id] = n
-			}
-		}
-	}
+	return out
 }
 
 // parsePodDir parses "<namespace>_<pod>_<uid>", the name of a pod's

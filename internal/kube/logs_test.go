@@ -178,3 +178,39 @@ func TestOptionsValidateTheDirectory(t *testing.T) {
 		t.Errorf("a directory: %v, %v", r, err)
 	}
 }
+
+// TestResolverRereadsOnlyChangedDirectories: a rescan reads a directory
+// again only when its mtime moved (or it was replaced), so an unlisted pod
+// cgroup costs two stats per rescan, not a read of every entry. Proven by
+// an entry added behind a restored mtime: not seen until the mtime moves.
+func TestResolverRereadsOnlyChangedDirectories(t *testing.T) {
+	k := fakeKubelet{t, t.TempDir()}
+	k.addPod("default", "web", webUID)
+	k.addContainer("default", "web", webUID, "app", webID)
+	containers := filepath.Join(k.dir, "containers")
+	past := time.Now().Add(-time.Hour) // long before any read: not racy
+	setMtime := func(when time.Time) {
+		t.Helper()
+		if err := os.Chtimes(containers, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMtime(past)
+	r := NewResolver(k.dir)
+	r.rescanEvery = 0
+	app := podSlice(webUID) + "/cri-containerd-" + webID + ".scope"
+	if got := r.Names(app); got.Container != "app" {
+		t.Fatalf("first scan: %+v", got)
+	}
+	const sideID = "0c3fe2a1be9a4b0e8d1f5c6a7b8c9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708"
+	k.addContainer("default", "web", webUID, "sidecar", sideID)
+	setMtime(past)
+	side := podSlice(webUID) + "/cri-containerd-" + sideID + ".scope"
+	if got := r.Names(side); got.Container != "" {
+		t.Fatalf("read again though its mtime did not move: %+v", got)
+	}
+	setMtime(time.Now())
+	if got := r.Names(side); got.Container != "sidecar" {
+		t.Fatalf("not read again after its mtime moved: %+v", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stacktop/stacktop/internal/attach"
 	"github.com/stacktop/stacktop/internal/cgroup"
@@ -313,22 +314,30 @@ func (t *Tracer) usesNetfilter() bool {
 	return slices.ContainsFunc(t.engine.Attached(), func(a attach.Attached) bool { return a.Kind == attach.Netfilter })
 }
 
+// newCgroup makes a cgroup named name under the v2 root for the test, and
+// returns its directory.
+func newCgroup(t *testing.T, name string) string {
+	t.Helper()
+	root, err := cgroup.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, name)
+	_ = os.Remove(dir) // left by a killed run
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
 // TestCgroupFilterAndGrouping: a child process in a cgroup of its own reads
 // datagrams alongside this process. With -C the socket-read histograms split
 // by the reading task's cgroup, named by path; with -c only the child's
 // cgroup is counted.
 func TestCgroupFilterAndGrouping(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-cg", 11)
-	root, err := cgroup.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "stl-cgtest")
-	_ = os.Remove(dir)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(dir) })
+	dir := newCgroup(t, "stl-cgtest")
 	childCgroup, err := cgroup.ID(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -447,6 +456,33 @@ func perProcess(t *testing.T, tr *Tracer) map[hookProcess]uint64 {
 	return out
 }
 
+// TestHostileNamesInGroups: a reader whose process and cgroup names are not
+// valid UTF-8 (any local user can choose both) is grouped by -P and -C under
+// the names escaped as everywhere else, and every name a series carries is
+// valid UTF-8 (JSON, CSV and Prometheus labels need it).
+func TestHostileNamesInGroups(t *testing.T) {
+	p := testenv.NewPeer(t, "stl-hostile", 17)
+	dir := newCgroup(t, "stl-\xff\xfe")
+	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true, GroupByCgroup: true})
+	waitForStamps(t, tr, p)
+	pid := readInChildAs(t, "bad\xff\xfe", p, "udp", dir, 3)
+	var reads uint64
+	for _, s := range mustRead(t, tr) {
+		if !utf8.ValidString(s.Comm) || !utf8.ValidString(s.Cgroup) {
+			t.Errorf("%s: comm %q, cgroup %q: not valid UTF-8", s.Hook, s.Comm, s.Cgroup)
+		}
+		if s.Hook == UDPSocketRead.String() && s.PID == uint32(pid) {
+			reads += s.Hist.Count()
+			if s.Comm != `bad\xff\xfe` || s.Cgroup != `/stl-\xff\xfe` {
+				t.Errorf("the reader as comm %q, cgroup %q; want %q, %q", s.Comm, s.Cgroup, `bad\xff\xfe`, `/stl-\xff\xfe`)
+			}
+		}
+	}
+	if reads != 3 {
+		t.Errorf("the reader's udp-socket-read count: %d, want 3", reads)
+	}
+}
+
 func readsPerCgroup(t *testing.T, tr *Tracer) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, s := range mustRead(t, tr) {
@@ -477,9 +513,15 @@ func ownCgroupPath(t *testing.T) string {
 // read; it returns the child's pid.
 func readInChild(t *testing.T, p *testenv.Peer, proto, dir string, n int) int {
 	t.Helper()
+	return readInChildAs(t, readerComm, p, proto, dir, n)
+}
+
+// readInChildAs is readInChild in a child named comm.
+func readInChildAs(t *testing.T, comm string, p *testenv.Peer, proto, dir string, n int) int {
+	t.Helper()
 	sock, send := peerSocket(t, p, proto)
 	defer sock.Close()
-	child := reexec.CommandAs(t, readerComm, "read-messages", "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
+	child := reexec.CommandAs(t, comm, "read-messages", "STL_READ_MESSAGES="+strconv.Itoa(n), "STL_READ_PROTO="+proto)
 	child.ExtraFiles = []*os.File{sock} // fd 3
 	if dir != "" {
 		cg, err := os.Open(dir)

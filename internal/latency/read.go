@@ -20,6 +20,7 @@ import (
 	"github.com/stacktop/stacktop/internal/cgroup"
 	"github.com/stacktop/stacktop/internal/hist"
 	"github.com/stacktop/stacktop/internal/selector"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 // cgroupNamer names cgroup ids by their path; without a cgroup v2 mount
@@ -85,7 +86,7 @@ func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 	if ns == n.own {
 		ifcs, _ := net.Interfaces()
 		for _, ifc := range ifcs {
-			out[uint32(ifc.Index)] = ifc.Name
+			out[uint32(ifc.Index)] = termsafe.ValidUTF8(ifc.Name)
 		}
 		return out
 	}
@@ -101,7 +102,7 @@ func (n *ifaceNamer) dump(ns uint64) map[uint32]string {
 		slog.Debug("interfaces of another namespace left unnamed", "netns", ns, "path", p, "err", err)
 	}
 	for _, l := range links {
-		out[uint32(l.Attrs().Index)] = l.Attrs().Name
+		out[uint32(l.Attrs().Index)] = termsafe.ValidUTF8(l.Attrs().Name)
 	}
 	return out
 }
@@ -138,7 +139,7 @@ func commString(c [16]int8) string {
 	if len(b) == 0 {
 		return "-"
 	}
-	return string(b)
+	return termsafe.ValidUTF8(string(b))
 }
 
 // The C's histograms have internal/hist's buckets and one slot more, the
@@ -235,9 +236,17 @@ func (t *Tracer) eachHist(fn func(latencyHistKey, []latencyHistValue)) error {
 	return nil
 }
 
-// ReasonHistFull names the counter of samples lost for want of room in the
-// histogram map.
-const ReasonHistFull = "hist_full"
+// Names of the debug counters that outputs other than --debug-counters
+// read: samples lost for want of room in the histogram map; packets
+// recorded (the histograms' samples); socket-read probe reads seen but not
+// timed, because the socket's FIFO of enqueue stamps was full or the read
+// matched no stamp (udp-socket-read on the tracepoint backend).
+const (
+	ReasonHistFull      = "hist_full"
+	ReasonRecorded      = "recorded"
+	ReasonFIFOFull      = "fifo_full"
+	ReasonReadUntracked = "read_untracked"
+)
 
 // numReasons is the number of debug counters per hook.
 const numReasons = int(latencyReasonN_REASONS)
@@ -246,14 +255,14 @@ const numReasons = int(latencyReasonN_REASONS)
 // happened to each packet a hook saw. TestReasonsNamed fails when the C
 // gains a reason without a name here.
 var Reasons = [numReasons]string{
-	latencyReasonREASON_RECORDED:       "recorded",
+	latencyReasonREASON_RECORDED:       ReasonRecorded,
 	latencyReasonREASON_NO_STAMP:       "no_stamp",
 	latencyReasonREASON_FUTURE_STAMP:   "future_stamp",
 	latencyReasonREASON_DELIVERY_TIME:  "delivery_time",
 	latencyReasonREASON_HIST_FULL:      ReasonHistFull,
 	latencyReasonREASON_HOL_BLOCKED:    "hol_blocked",
-	latencyReasonREASON_FIFO_FULL:      "fifo_full",
-	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
+	latencyReasonREASON_FIFO_FULL:      ReasonFIFOFull,
+	latencyReasonREASON_READ_UNTRACKED: ReasonReadUntracked,
 	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
 }
 

@@ -93,7 +93,12 @@ func (l *Log) Write(s conn.Snapshot) error {
 			return fmt.Errorf("--log %s: %w; removing the partial rows failed too: %v", l.path, err, terr)
 		}
 	}
-	return fmt.Errorf("--log %s: this refresh was not logged (the file keeps whole rows only): %w", l.path, err)
+	hint := ""
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		hint = "; free space on its file system and run again"
+	}
+	return fmt.Errorf("--log %s: %w: stopping; the file holds every earlier refresh in whole rows, this one was not logged%s",
+		l.path, err, hint)
 }
 
 // Close closes the file.
@@ -172,6 +177,9 @@ func repairTornRow(path string, f *os.File, size int64) error {
 	if last[0] == '\n' {
 		return nil
 	}
+	if size == int64(len(strings.Join(Header, ","))) { // checkHeader read it: the header alone
+		return completeHeader(path)
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return clierr.Usage("log", path, "cannot read: %v", err)
 	}
@@ -184,6 +192,21 @@ func repairTornRow(path string, f *os.File, size int64) error {
 	}
 	slog.Warn("--log file ended in a torn row (a run was killed or out of space mid-write); cut it off",
 		"file", path, "bytes_removed", size-keep, "kept_bytes", keep)
+	return nil
+}
+
+// completeHeader ends a file that holds the header alone, without its
+// newline (a run killed as it wrote the header), with the newline: the
+// header is whole and stays.
+func completeHeader(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		_, err = f.Write([]byte{'\n'})
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		return clierr.Usage("log", path, "ends with the header but not its newline, and adding it failed: %v", err)
+	}
 	return nil
 }
 

@@ -92,8 +92,9 @@ func TestLogKeepsWholeRowsWhenTheDiskIsFull(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "this refresh was not logged") {
-		t.Fatalf("after %d refreshes: %v, want ENOSPC saying the refresh was not logged", written, err)
+	want := "no space left on device: stopping; the file holds every earlier refresh in whole rows, this one was not logged; free space on its file system and run again"
+	if !errors.Is(err, syscall.ENOSPC) || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("after %d refreshes: %v, want ENOSPC saying %q", written, err, want)
 	}
 	if rows := logRows(t, path); len(rows) != written*len(s.Records) {
 		t.Errorf("%d rows, want %d (%d whole refreshes)", len(rows), written*len(s.Records), written)
@@ -141,6 +142,22 @@ func TestLogRepairsATornLastRow(t *testing.T) {
 		if !strings.Contains(logged.String(), "torn row") || !strings.Contains(logged.String(), "bytes_removed=") {
 			t.Errorf("%s: no warning saying the torn row was cut: %q", name, logged.String())
 		}
+	}
+
+	// The header alone, without its newline, is whole: it stays, and gets
+	// its newline, with no torn row to warn about.
+	header := filepath.Join(dir, "header.csv")
+	if err := os.WriteFile(header, []byte(strings.Join(Header, ",")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logged.Reset()
+	l, err := OpenLog(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if b, _ := os.ReadFile(header); string(b) != strings.Join(Header, ",")+"\n" || logged.Len() > 0 {
+		t.Errorf("a log of the header without its newline became %q, logging %q", b, logged.String())
 	}
 
 	bad := filepath.Join(dir, "bad.csv")

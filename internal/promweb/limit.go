@@ -3,6 +3,7 @@
 package promweb
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -12,12 +13,14 @@ import (
 )
 
 // connLimit bounds the connections the server holds. At the limit a new
-// connection evicts the one that has waited longest for a request (a first
-// one, or the next one on a keep-alive connection); only when every
-// connection is busy serving a request is the new one refused. Idle
-// connections cost a client nothing to open, so they must not be able to
-// crowd out a scrape: a scraper whose idle connection was evicted simply
-// reconnects.
+// connection evicts the one that has waited longest without being served: a
+// connection idle before its first or next request, or one whose request the
+// server is done with or never handed to a handler of ours (refused for
+// want of credentials, then held while the server reads a body it does not
+// need). Only when every connection is inside a handler is the new one
+// refused. Such connections cost a client nothing to open, so they must not
+// be able to crowd out a scrape: a scraper whose connection was evicted
+// simply reconnects.
 type connLimit struct {
 	max int
 
@@ -28,7 +31,7 @@ type connLimit struct {
 }
 
 type connState struct {
-	busy  bool      // serving a request
+	busy  bool      // inside a handler (serving)
 	since time.Time // accepted, or last went idle
 }
 
@@ -93,9 +96,7 @@ func (cl *connLimit) admit(c net.Conn) bool {
 
 // track follows the server's view of each connection (http.Server.ConnState).
 func (cl *connLimit) track(c net.Conn, state http.ConnState) {
-	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
-		c = tc.NetConn()
-	}
+	c = tcpConn(c)
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	s := cl.conns[c]
@@ -103,12 +104,46 @@ func (cl *connLimit) track(c net.Conn, state http.ConnState) {
 		return // evicted already
 	}
 	switch state {
-	case http.StateActive:
-		s.busy = true
 	case http.StateIdle:
-		s.busy, s.since = false, time.Now()
+		s.since = time.Now()
 	case http.StateClosed, http.StateHijacked:
 		delete(cl.conns, c)
+	}
+}
+
+// tcpConn returns the accepted connection under c (TLS).
+func tcpConn(c net.Conn) net.Conn {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return tc.NetConn()
+	}
+	return c
+}
+
+type connContextKey struct{}
+
+// withConn keeps the connection in its requests' context
+// (http.Server.ConnContext), for serving.
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connContextKey{}, tcpConn(c))
+}
+
+// serving marks a request's connection busy while next serves it, so that
+// it cannot be evicted meanwhile. It wraps the handlers that the
+// authentication in front of them let through.
+func (cl *connLimit) serving(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := r.Context().Value(connContextKey{}).(net.Conn)
+		cl.setBusy(c, true)
+		defer cl.setBusy(c, false)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (cl *connLimit) setBusy(c net.Conn, busy bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if s := cl.conns[c]; s != nil {
+		s.busy = busy
 	}
 }
 

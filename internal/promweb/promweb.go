@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/spf13/pflag"
 
@@ -39,6 +42,9 @@ type Options struct {
 	ConfigFile      string
 	SystemdSocket   bool
 	MaxConnections  int
+	// DisableExporterMetrics leaves out the metrics about the exporter
+	// process itself (go_*, process_*, promhttp_*), as node_exporter's flag.
+	DisableExporterMetrics bool
 }
 
 // DefaultMaxConnections is how many HTTP connections serve holds at most: a
@@ -56,6 +62,8 @@ func (o *Options) Register(fs *pflag.FlagSet) {
 		"use the sockets systemd passes (socket activation) instead of --web.listen-address")
 	fs.IntVar(&o.MaxConnections, "web.max-connections", DefaultMaxConnections,
 		"HTTP connections held at most; at the limit a new one closes the longest-idle one")
+	fs.BoolVar(&o.DisableExporterMetrics, "web.disable-exporter-metrics", false,
+		"leave out the metrics about the exporter process itself (go_*, process_*, promhttp_*)")
 }
 
 // hostname matches a syntactically valid DNS name; anything else that is not
@@ -70,14 +78,32 @@ func (o *Options) Validate() error {
 			return clierr.Usage("web.listen-address", a, "%v", err)
 		}
 	}
-	if !strings.HasPrefix(o.TelemetryPath, "/") {
-		return clierr.Usage("web.telemetry-path", o.TelemetryPath, "must start with /")
+	if err := validatePath(o.TelemetryPath); err != nil {
+		return clierr.Usage("web.telemetry-path", o.TelemetryPath, "%v", err)
 	}
 	if o.MaxConnections < 1 || o.MaxConnections > 1<<16 {
 		return clierr.Usage("web.max-connections", strconv.Itoa(o.MaxConnections), "must be between 1 and 65536")
 	}
 	if err := web.Validate(o.ConfigFile); err != nil {
 		return clierr.Usage("web.config.file", o.ConfigFile, "%v", err)
+	}
+	return nil
+}
+
+// plainPath is an absolute path of non-empty segments of letters, digits and
+// "-._~": nothing that http.ServeMux would read as a pattern (wildcards
+// "{x}", a method, a host, a subtree's trailing "/") or change (".", "..",
+// "//"), nor a query or fragment, which a scrape's path never holds.
+var plainPath = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)+$`)
+
+func validatePath(p string) error {
+	switch {
+	case !plainPath.MatchString(p):
+		return errors.New(`must be a plain absolute path such as /metrics: segments of letters, digits and "-._~", no query, no trailing /`)
+	case slices.ContainsFunc(strings.Split(p, "/"), func(s string) bool { return s == "." || s == ".." }):
+		return errors.New(`must not hold "." or ".." segments`)
+	case p == "/-" || strings.HasPrefix(p, "/-/"):
+		return errors.New("is where /-/healthy and /-/ready are served")
 	}
 	return nil
 }
@@ -155,16 +181,7 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(o.TelemetryPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		EnableOpenMetrics: true,
-		// A source that fails is reported in stacktop_scrape_error; the
-		// rest of the scrape is still worth serving.
-		ErrorHandling: promhttp.ContinueOnError,
-		ErrorLog:      slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
-		// No MaxRequestsInFlight: concurrent scrapes wait for each other
-		// (the exporter reads the kernel maps for one at a time) instead of
-		// getting 503; the connection limit bounds how many can wait.
-	})))
+	mux.Handle(o.TelemetryPath, o.metricsHandler(reg))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "Healthy")
 	})
@@ -175,22 +192,21 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		}
 		fmt.Fprintln(w, "Ready")
 	})
-	if o.TelemetryPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        "stacktop",
-			Description: "eBPF network stack latency and per-process connection metrics",
-			Version:     version,
-			Links: []web.LandingLinks{
-				{Address: o.TelemetryPath, Text: "Metrics"},
-				{Address: "/-/healthy", Text: "Health"},
-				{Address: "/-/ready", Text: "Readiness"},
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("landing page: %w", err)
-		}
-		mux.Handle("/", landing)
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name:        "stacktop",
+		Description: "eBPF network stack latency and per-process connection metrics",
+		Version:     version,
+		Profiling:   "false", // no pprof handler is served
+		Links: []web.LandingLinks{
+			{Address: o.TelemetryPath, Text: "Metrics"},
+			{Address: "/-/healthy", Text: "Health"},
+			{Address: "/-/ready", Text: "Readiness"},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("landing page: %w", err)
 	}
+	mux.Handle("/", landing)
 	var handler http.Handler = mux
 	if o.ConfigFile != "" {
 		if n, err := basicAuthUsers(o.ConfigFile); err != nil {
@@ -199,8 +215,11 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 			handler = requireAuth(o.ConfigFile, mux)
 		}
 	}
+	// exporter-toolkit authenticates in front of handler, before any body
+	// could be read.
 	s.srv = &http.Server{
-		Handler:           handler,
+		Handler:           s.limit.serving(refuseBodies(handler)),
+		ConnContext:       withConn,
 		ReadHeaderTimeout: readTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -208,6 +227,55 @@ func (o *Options) NewServer(reg *prometheus.Registry, version string) (*Server, 
 		ConnState:         s.limit.track,
 	}
 	return s, nil
+}
+
+// metricsHandler serves reg and, unless they are disabled, the metrics
+// about the exporter process itself.
+func (o *Options) metricsHandler(reg *prometheus.Registry) http.Handler {
+	opts := promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		// A source that fails is reported in stacktop_scrape_error; the
+		// rest of the scrape is still worth serving.
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      slog.NewLogLogger(slog.Default().Handler(), slog.LevelError),
+		// No MaxRequestsInFlight: concurrent scrapes wait for each other
+		// (the exporter reads the kernel maps for one at a time) instead of
+		// getting 503; the connection limit bounds how many can wait.
+	}
+	if o.DisableExporterMetrics {
+		return promhttp.HandlerFor(reg, opts)
+	}
+	own := prometheus.NewRegistry()
+	own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.InstrumentMetricHandler(own, promhttp.HandlerFor(prometheus.Gatherers{reg, withoutAllocTotal(own)}, opts))
+}
+
+// withoutAllocTotal leaves go_memstats_alloc_bytes_total out of g: in
+// OpenMetrics a counter's family drops "_total", so it would be a second
+// family named go_memstats_alloc_bytes beside the gauge of that name
+// (prometheus/client_golang#829), which OpenMetrics parsers reject.
+func withoutAllocTotal(g prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := g.Gather()
+		return slices.DeleteFunc(mfs, func(mf *dto.MetricFamily) bool {
+			return mf.GetName() == "go_memstats_alloc_bytes_total"
+		}), err
+	})
+}
+
+// refuseBodies answers a request that carries a body with 400 and closes
+// its connection. No endpoint takes one, and after the reply the server
+// would read the body to reuse the connection: a client that announces one
+// and never sends it would hold the connection until readTimeout.
+func refuseBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: chunked, length unknown
+			w.Header().Set("Connection", "close")
+			http.Error(w, "request bodies are not accepted", http.StatusBadRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // SetReady makes /-/ready answer 200: the BPF programs are attached.

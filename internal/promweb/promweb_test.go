@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,20 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		{"port not a number", Options{ListenAddresses: []string{"localhost:metrics"}}, `port "metrics"`},
 		{"garbage host", Options{ListenAddresses: []string{"not a host:9877"}}, `host "not a host"`},
 		{"second address bad", Options{ListenAddresses: []string{":9877", "[::1:9877"}}, `"[::1:9877"`},
-		{"relative path", Options{TelemetryPath: "metrics"}, `--web.telemetry-path "metrics": must start with /`},
+		{"relative path", Options{TelemetryPath: "metrics"}, `--web.telemetry-path "metrics": must be a plain absolute path`},
+		{"root path", Options{TelemetryPath: "/"}, `--web.telemetry-path "/": must be a plain absolute path`},
+		{"health path", Options{TelemetryPath: "/-/healthy"}, `--web.telemetry-path "/-/healthy": is where /-/healthy and /-/ready are served`},
+		{"ready path", Options{TelemetryPath: "/-/ready"}, `--web.telemetry-path "/-/ready"`},
+		{"wildcard", Options{TelemetryPath: "/{x}"}, `--web.telemetry-path "/{x}"`},
+		{"open wildcard", Options{TelemetryPath: "/{"}, `--web.telemetry-path "/{"`},
+		{"rest wildcard", Options{TelemetryPath: "/{x...}"}, `--web.telemetry-path "/{x...}"`},
+		{"wildcard inside", Options{TelemetryPath: "/a{b}c"}, `--web.telemetry-path "/a{b}c"`},
+		{"space", Options{TelemetryPath: "/x /y"}, `--web.telemetry-path "/x /y"`},
+		{"trailing space", Options{TelemetryPath: "/ "}, `--web.telemetry-path "/ "`},
+		{"query", Options{TelemetryPath: "/metrics?x=1"}, `--web.telemetry-path "/metrics?x=1"`},
+		{"subtree", Options{TelemetryPath: "/metrics/"}, `--web.telemetry-path "/metrics/"`},
+		{"dot dot", Options{TelemetryPath: "/a/../metrics"}, `--web.telemetry-path "/a/../metrics": must not hold "." or ".." segments`},
+		{"double slash", Options{TelemetryPath: "//metrics"}, `--web.telemetry-path "//metrics"`},
 		{"no connections", Options{MaxConnections: -1}, `--web.max-connections "-1": must be between 1 and 65536`},
 		{"config missing", Options{ConfigFile: "/nonexistent/web.yml"}, "no such file"},
 		{"config not yaml", Options{ConfigFile: writeFile(t, "web.yml", "basic_auth_users: [oops")}, "--web.config.file"},
@@ -260,4 +274,49 @@ func selfSigned(t *testing.T) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// TestTelemetryPathIgnoresQueries: metrics are served at the telemetry path
+// whatever query the scrape carries (Prometheus's params), and only there.
+func TestTelemetryPathIgnoresQueries(t *testing.T) {
+	addr := serve(t, Options{TelemetryPath: "/node-1/stacktop.metrics"})
+	for path, want := range map[string]int{
+		"/node-1/stacktop.metrics":     http.StatusOK,
+		"/node-1/stacktop.metrics?x=1": http.StatusOK,
+		"/node-1/stacktop.metrics/":    http.StatusNotFound,
+		"/node-1":                      http.StatusNotFound,
+	} {
+		code, _, body := get(t, http.DefaultClient, "http://"+addr+path, nil)
+		if code != want || want == http.StatusOK && !strings.Contains(body, "stacktop_test_value 42") {
+			t.Errorf("GET %s: status %d, want %d:\n%.200s", path, code, want, body)
+		}
+	}
+}
+
+// TestExporterMetrics: the metrics about the exporter process are served,
+// one family per name in OpenMetrics too, unless
+// --web.disable-exporter-metrics leaves them out.
+func TestExporterMetrics(t *testing.T) {
+	openMetrics := http.Header{"Accept": {"application/openmetrics-text;version=1.0.0"}}
+	for _, disabled := range []bool{false, true} {
+		url := "http://" + serve(t, Options{DisableExporterMetrics: disabled}) + "/metrics"
+		_, _, body := get(t, http.DefaultClient, url, openMetrics)
+		families := map[string]int{}
+		for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) `).FindAllStringSubmatch(body, -1) {
+			families[m[1]]++
+		}
+		for name, n := range families {
+			if n > 1 {
+				t.Errorf("disabled %v: %d families named %s", disabled, n, name)
+			}
+		}
+		for _, name := range []string{"go_goroutines", "go_memstats_alloc_bytes", "process_start_time_seconds", "promhttp_metric_handler_requests"} {
+			if _, ok := families[name]; ok == disabled {
+				t.Errorf("disabled %v: family %s exported %v", disabled, name, ok)
+			}
+		}
+		if families["stacktop_test_value"] != 1 {
+			t.Errorf("disabled %v: the registry's own metric is missing:\n%s", disabled, body)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,5 +260,115 @@ func TestHealthAndReadiness(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(landing, link) {
 			t.Errorf("landing page (status %d) lacks %s", code, link)
 		}
+	}
+	// Every link of ours on it is served.
+	for _, m := range regexp.MustCompile(`href="(/[^"]*)"`).FindAllStringSubmatch(landing, -1) {
+		if code, _, _ := get(t, http.DefaultClient, "http://"+addr+m[1], http.Header{}); code != http.StatusOK {
+			t.Errorf("landing page links %s, which answers %d", m[1], code)
+		}
+	}
+}
+
+// TestBodyPendingConnectionsDoNotStarveScrapes: connections that announce a
+// request body and never send it, 64 (the connection limit) and 1,000,
+// without credentials where the server requires them and where it does not,
+// do not stop a scrape from being answered within a second (before, the
+// server held each until its read timeout, 10 s, and refused new ones).
+func TestBodyPendingConnectionsDoNotStarveScrapes(t *testing.T) {
+	cfg, _ := authConfig(t, "prometheus", "s3cret")
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		header http.Header
+	}{
+		{"no auth", Options{}, nil},
+		{"basic auth", Options{ConfigFile: cfg}, basicAuth("prometheus", "s3cret")},
+	} {
+		for _, n := range []int{DefaultMaxConnections, 1000} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, n), func(t *testing.T) {
+				addr, srv := serveReady(t, tc.opts)
+				for i := range n {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatalf("connection %d: %v", i, err)
+					}
+					t.Cleanup(func() { c.Close() })
+					// Evicted already, the write may fail: the defence working.
+					_, _ = c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: test\r\nContent-Length: 100000\r\n\r\n"))
+				}
+				waitRequestsRead(t, addr)
+				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
+				req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header = tc.header
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("scrape after %d body-pending connections: %v", n, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("scrape after %d body-pending connections: status %d", n, resp.StatusCode)
+				}
+				if held := srv.limit.open(); held > DefaultMaxConnections {
+					t.Errorf("server holds %d connections, limit %d", held, DefaultMaxConnections)
+				}
+			})
+		}
+	}
+}
+
+// TestRequestBodiesAreRefused: a request with a body gets 400 and its
+// connection closed, whatever its method.
+func TestRequestBodiesAreRefused(t *testing.T) {
+	addr := serve(t, Options{})
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		resp, err := http.DefaultClient.Do(must(http.NewRequest(method, "http://"+addr+"/metrics", strings.NewReader("x"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !resp.Close {
+			t.Errorf("%s with a body: status %d, close %v; want 400, closed", method, resp.StatusCode, resp.Close)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// waitRequestsRead waits until the server at addr has read every byte sent
+// to it, as /proc/net/tcp shows its sockets' receive queues: the requests
+// have all reached the server before the scrape is measured.
+func waitRequestsRead(t *testing.T, addr string) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf(":%04X ", p)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		unread := 0
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) > 4 && strings.HasSuffix(f[1]+" ", local) {
+				rx, _ := strconv.ParseUint(f[4][strings.IndexByte(f[4], ':')+1:], 16, 64)
+				unread += int(rx)
+			}
+		}
+		if unread == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server left %d bytes unread for 10 s", unread)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -45,3 +45,24 @@ func FuzzString(f *testing.F) {
 		}
 	})
 }
+
+// TestValidUTF8: invalid bytes are written as String writes them; valid
+// text, control characters included, is kept for the format to escape.
+func TestValidUTF8(t *testing.T) {
+	cases := map[string]string{
+		"nginx":          "nginx",
+		"bad\xff\xfe":    `bad\xff\xfe`,
+		"ev\nX\x1b[31m":  "ev\nX\x1b[31m",
+		"grüße\xc3":      `grüße\xc3`,
+		"/pod\xe6\x97.x": `/pod\xe6\x97.x`,
+		"":               "",
+	}
+	for in, want := range cases {
+		if got := ValidUTF8(in); got != want || !utf8.ValidString(got) {
+			t.Errorf("ValidUTF8(%q) = %q, want %q", in, got, want)
+		}
+		if String(ValidUTF8(in)) != String(in) {
+			t.Errorf("String(ValidUTF8(%q)) = %q differs from String: %q", in, String(ValidUTF8(in)), String(in))
+		}
+	}
+}

@@ -177,7 +177,11 @@ int conns_adopt(struct bpf_iter__tcp *ctx)
  * ns each here). The file table is the process's, not the accepting
  * thread's: comm is the process's (its main thread's), as at a close
  * (set_process_owner). A socket held by several processes (forked after
- * accept) takes the first one met, the lowest pid.
+ * accept) takes the first one met, the lowest pid. Start-up runs it once
+ * for the sockets that existed before: TCP ones adopted into the table and
+ * UDP ones, which no cgroup/sock_create saw, get their holder as owner
+ * without /proc (which another user's processes keep from a service that
+ * runs with the capabilities the BPF programs need and no more).
  */
 SEC("iter/task_file")
 int conns_owners(struct bpf_iter__task_file *ctx)
@@ -185,8 +189,15 @@ int conns_owners(struct bpf_iter__task_file *ctx)
 	struct task_struct___conns *task = (void *)ctx->task;
 	struct file *file = ctx->file;
 
-	if (task && file)
-		own_accepted(task, file);
+	if (!task || !file)
+		return 0;
+	struct sock *sk = file_sock(file);
+	if (!sk)
+		return 0;
+	if (udp_sock_of(sk))
+		own_udp(task, sk);
+	else
+		own_accepted(task, tcp_subflow(sk));
 	return 0;
 }
 
