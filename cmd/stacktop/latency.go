@@ -388,7 +388,7 @@ func (f *probeFlags) hooks() (latency.HookSet, []string, error) {
 		return 0, nil, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
 			"cannot be combined with --enable-probes %q", strings.Join(f.enable, ","))
 	}
-	set := latency.AllHooks
+	set := latency.DefaultHooks
 	if len(f.enable) > 0 {
 		set = 0
 	}

@@ -272,7 +272,7 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 	case o.latencyProbes == nil:
 		return serveDefaultProbes, nil
 	case list == "all":
-		return latency.AllHooks, nil
+		return latency.DefaultHooks, nil
 	}
 	var set latency.HookSet
 	for _, name := range o.latencyProbes {

@@ -92,9 +92,9 @@ func Fit(prev, cur Offset) Conversion {
 	return c
 }
 
-// Realtime converts a PHC time (ns) to CLOCK_REALTIME (ns). The BPF
-// program computes the same with integers (ref_phc, offset, rate_ppb):
-// TestRealtimeMatchesTheProgram keeps the two in step.
+// Realtime converts a PHC time (ns) to CLOCK_REALTIME (ns), as the nic
+// program does with the same integers (internal/latency/bpf/nic.h): the
+// drift term truncated towards zero.
 func (c Conversion) Realtime(phc int64) int64 {
 	return phc + c.Ref.Ns + (phc-c.Ref.At)*c.RatePPB/1_000_000_000
 }

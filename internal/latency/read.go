@@ -253,6 +253,8 @@ var Reasons = [numReasons]string{
 	latencyReasonREASON_FIFO_FULL:      "fifo_full",
 	latencyReasonREASON_READ_UNTRACKED: "read_untracked",
 	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
+	latencyReasonREASON_NO_HW_STAMP:    "no_hw_stamp",
+	latencyReasonREASON_NO_PHC:         "no_phc",
 }
 
 // reasonRecorded is never counted by the programs: it is the samples in the
