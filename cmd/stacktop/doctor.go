@@ -13,8 +13,10 @@ import (
 	"github.com/stacktop/stacktop/internal/clierr"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/hwstamp"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -38,6 +40,10 @@ accepted it and, if not, the error it answered with.`,
 			rep := features.Detect()
 			hooks := probeHooks()
 			readClock := latency.TCPReadClock()
+			stamping, err := hwstamp.InspectAll()
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				enc := json.NewEncoder(out)
@@ -46,7 +52,8 @@ accepted it and, if not, the error it answered with.`,
 					*features.Report
 					Hooks        map[string][]features.Choice `json:"hooks"`
 					TCPReadClock latency.ReadClock            `json:"tcp_read_clock"`
-				}{rep, hooks, readClock})
+					NICStamping  []hwstamp.Interface          `json:"nic_stamping"`
+				}{rep, hooks, readClock, stamping})
 			}
 			fmt.Fprintf(out, "kernel %s\n\n", rep.Kernel)
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -64,8 +71,10 @@ accepted it and, if not, the error it answered with.`,
 			if err := writeHookChoices(out, hooks); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why)
-			return err
+			if _, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why); err != nil {
+				return err
+			}
+			return writeNICStamping(out, stamping)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json")
@@ -87,6 +96,28 @@ func probeHooks() map[string][]features.Choice {
 		out[cmd], _ = probe()
 	}
 	return out
+}
+
+// writeNICStamping says, per interface, whether the nic probe can measure
+// its packets: whether its driver stamps received packets in hardware, what
+// it stamps now and with which clock.
+func writeNICStamping(w io.Writer, ifcs []hwstamp.Interface) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nINTERFACE\tRX HW STAMPS\tFILTER\tPHC\tNOTE")
+	for _, i := range ifcs {
+		hw, filter, phc := "no", "-", "-"
+		if i.RXHardware {
+			hw = "yes"
+		}
+		if i.Filter != "" {
+			filter = i.Filter
+		}
+		if i.PHC >= 0 {
+			phc = fmt.Sprintf("/dev/ptp%d", i.PHC)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termsafe.String(i.Name), hw, filter, phc, i.Why)
+	}
+	return tw.Flush()
 }
 
 func writeHookChoices(w io.Writer, hooks map[string][]features.Choice) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,6 +65,10 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 		if !strings.Contains(out, "\n"+name+" ") {
 			t.Errorf("doctor output lacks %s:\n%s", name, out)
 		}
+	}
+	// Loopback stamps nothing in hardware and has no PHC, on every kernel.
+	if !regexp.MustCompile(`\nINTERFACE +RX HW STAMPS +FILTER +PHC +NOTE\n(.*\n)*lo +no +- +- +the driver does not stamp`).MatchString(out) {
+		t.Errorf("doctor output lacks the interfaces' hardware stamping, with lo's:\n%s", out)
 	}
 }
 

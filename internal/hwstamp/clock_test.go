@@ -2,6 +2,7 @@ package hwstamp
 
 import (
 	"errors"
+	"net"
 	"testing"
 )
 
@@ -99,5 +100,21 @@ func TestSteppedClockHasNoRate(t *testing.T) {
 	cur := Offset{At: 3e9, Ns: 5_000 + 37e9, Error: 100} // stepped by 37 s (TAI − UTC)
 	if c := Fit(prev, cur); c.RatePPB != 0 || c.RateError != maxRatePPB {
 		t.Errorf("stepped clock: rate %d ± %d, want 0 ± %d", c.RatePPB, c.RateError, maxRatePPB)
+	}
+}
+
+// Loopback has no PHC and stamps nothing in hardware; asking needs no
+// privilege and changes nothing.
+func TestInspectLoopback(t *testing.T) {
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := Inspect(*lo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i.RXHardware || i.PHC != -1 || i.Stamps() || i.Filter != "" || i.Why == "" {
+		t.Errorf("lo: %+v", i)
 	}
 }
