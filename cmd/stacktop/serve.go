@@ -364,6 +364,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer tracer.Close()
 		if o.collectLatency {
 			cfg.Latency = tracer
+			cfg.NICClocks = tracer.NICClocks
 		}
 		if o.collectReadWait {
 			c.conns.ReadWait = readwait.New(tracer)

@@ -147,7 +147,18 @@ func (t *Tracer) startNICClocks(ifindexes []uint32) error {
 		return err
 	}
 	t.nic = n
-	return n.refresh(&t.objs)
+	if err := n.refresh(&t.objs); err != nil {
+		return err
+	}
+	clocks := n.list()
+	if len(clocks) == 0 {
+		slog.Warn("nic: no interface in scope stamps received packets in hardware: every frame counts as no_hw_stamp (see stacktop doctor)")
+	}
+	for _, c := range clocks {
+		slog.Info("nic: converting hardware stamps", "interface", c.Interface, "phc", c.PHC, "filter", c.Filter,
+			"error_ns", c.ErrorNs)
+	}
+	return nil
 }
 
 // NICClocks reports, for the nic hook, how each stamping interface's
