@@ -4,7 +4,7 @@
 GO ?= go
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test fuzz deps matrix bench
+.PHONY: build generate check-generated lint test fuzz deps matrix nic-guest bench
 
 # The version and commit come from git (`stacktop --version` prints them);
 # -s -w strips the symbol table and DWARF (about a third of the size).
@@ -34,6 +34,7 @@ test: deps lint check-generated
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
 	$(MAKE) fuzz
 	$(MAKE) matrix
+	$(MAKE) nic-guest
 
 # Every fuzz target of user input (flags, selectors, durations, probe names,
 # the --log file check, the web config) for FUZZTIME each, beyond the seed
@@ -52,6 +53,11 @@ MATRIX_TIMEOUT ?= 20m
 MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
+
+# The latency nic probe against emulated NIC hardware stamps: one qemu guest
+# (Debian's generic kernel, two igb NICs), about two minutes (docs/LATENCY.md).
+nic-guest:
+	test/nicguest/run.sh
 
 # The benchmark suite (docs/BENCHMARKS.md): root, at most 25 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
