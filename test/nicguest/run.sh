@@ -3,8 +3,8 @@
 # qemu guest (TCG) with two igb NICs (QEMU's 82576 emulation, QEMU 8.0+) on
 # one hub and runs nicguest in it (see main.go). About a minute, and a 70 MB
 # kernel download the first time. Needs qemu-system-x86_64, busybox-static
-# and Debian's apt (the host's suite's generic kernel: Debian's cloud kernels,
-# which the kernel matrix boots, are built without igb).
+# xz/zstd and Debian's apt (the host's suite's generic kernel: Debian's cloud
+# kernels, which the kernel matrix boots, are built without igb).
 set -eu
 cd "$(dirname "$0")/../.."
 cache=${STACKTOP_KERNEL_CACHE:-/var/cache/stacktop-kernels}/nic
@@ -23,12 +23,20 @@ CGO_ENABLED=0 go build -o "$work/root/bin/stacktop" ./cmd/stacktop
 CGO_ENABLED=0 go build -o "$work/root/bin/nicguest" ./test/nicguest
 cp "$(command -v busybox)" "$work/root/bin/busybox"
 for applet in sh mount insmod ip sleep poweroff; do ln -s busybox "$work/root/bin/$applet"; done
-for m in dca i2c-algo-bit igb; do cp "$(find "$root/lib/modules" -name "$m.ko*")" "$work/root/m/"; done
+# busybox's insmod takes uncompressed modules only.
+for m in dca i2c-algo-bit igb; do
+	ko=$(find "$root/lib/modules" -name "$m.ko*")
+	case "$ko" in
+	*.xz) xz -dc "$ko" ;;
+	*.zst) zstd -dcq "$ko" ;;
+	*) cat "$ko" ;;
+	esac >"$work/root/m/$m.ko"
+done
 cat >"$work/root/init" <<'INIT'
 #!/bin/sh
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mount -t bpf bpf /sys/fs/bpf; mount -t tracefs tracefs /sys/kernel/tracing
-for m in dca i2c-algo-bit igb; do insmod /m/$m.ko*; done
+for m in dca i2c-algo-bit igb; do insmod /m/$m.ko; done
 ip link set eth0 up; ip link set eth1 up
 sleep 3
 /bin/stacktop doctor | sed -n '/^INTERFACE/,$p'
