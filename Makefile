@@ -9,7 +9,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 BIN ?= bin/stacktop
 
-.PHONY: build generate check-generated lint test fuzz deps matrix bench cli-docs
+.PHONY: build generate check-generated lint test fuzz deps matrix nic-guest bench cli-docs
 
 # The version is the VERSION file's (the binary embeds it), the commit git's
 # (`stacktop --version` prints both); -s -w strips the symbol table and DWARF
@@ -46,6 +46,7 @@ test: deps lint check-generated
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
 	$(MAKE) fuzz
 	$(MAKE) matrix
+	$(MAKE) nic-guest
 
 # Every fuzz target of user input (flags, selectors, durations, probe names,
 # the --log file check, the web config) for FUZZTIME each, beyond the seed
@@ -65,7 +66,12 @@ MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)
 
-# The benchmark suite (docs/PERFORMANCE.md): root, at most 25 minutes, not part
+# The latency nic probe against emulated NIC hardware stamps: one qemu guest
+# (Debian's generic kernel, two igb NICs), about two minutes (docs/LATENCY.md).
+nic-guest:
+	test/nicguest/run.sh
+
+# The benchmark suite (docs/PERFORMANCE.md): root, at most 50 minutes, not part
 # of `make test`. Pass harness flags with BENCH_FLAGS="-suites overhead ...".
 bench:
 	bench/run.sh $(BENCH_FLAGS)

@@ -185,9 +185,18 @@ struct udp_sock {
 	struct sk_buff_head reader_queue;
 };
 
+/* The NIC's receive stamp: raw PHC time as the driver read it, 0 when it
+ * stamped nothing. 6.x has it in a union with netdev_data (a driver's
+ * cookie for ndo_get_tstamp); CO-RE finds it through the anonymous union. */
+struct skb_shared_hwtstamps {
+	ktime_t hwtstamp;
+};
+
+/* What follows an skb's data, at head + end. */
 struct skb_shared_info {
 	u8 nr_frags;
 	unsigned short gso_segs; /* packets in a GSO/GRO skb; 0 or 1: one */
+	struct skb_shared_hwtstamps hwtstamps;
 };
 
 struct sk_buff {

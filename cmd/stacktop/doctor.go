@@ -17,8 +17,10 @@ import (
 	"github.com/stacktop/stacktop/internal/cliflag"
 	"github.com/stacktop/stacktop/internal/conntrack"
 	"github.com/stacktop/stacktop/internal/features"
+	"github.com/stacktop/stacktop/internal/hwstamp"
 	"github.com/stacktop/stacktop/internal/latency"
 	"github.com/stacktop/stacktop/internal/privilege"
+	"github.com/stacktop/stacktop/internal/termsafe"
 )
 
 func newDoctorCmd() *cobra.Command {
@@ -49,6 +51,10 @@ for is not a problem.`,
 			hooks, errs := probeHooks()
 			verdicts := judge(hooks, errs)
 			readClock := latency.TCPReadClock()
+			stamping, err := hwstamp.InspectAll()
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				enc := json.NewEncoder(out)
@@ -57,8 +63,9 @@ for is not a problem.`,
 					*features.Report
 					Hooks        map[string][]features.Choice `json:"hooks"`
 					TCPReadClock latency.ReadClock            `json:"tcp_read_clock"`
+					NICStamping  []hwstamp.Interface          `json:"nic_stamping"`
 					Verdicts     []verdict                    `json:"verdicts"`
-				}{rep, hooks, readClock, verdicts}); err != nil {
+				}{rep, hooks, readClock, stamping, verdicts}); err != nil {
 					return err
 				}
 				return cannotRun(verdicts)
@@ -80,6 +87,9 @@ for is not a problem.`,
 				return err
 			}
 			if _, err := fmt.Fprintf(out, "\ntcp-socket-read clock: %s\n", readClock.Why); err != nil {
+				return err
+			}
+			if err := writeNICStamping(out, stamping); err != nil {
 				return err
 			}
 			if err := writeVerdicts(out, verdicts); err != nil {
@@ -109,6 +119,28 @@ func probeHooks() (map[string][]features.Choice, map[string]error) {
 		out[cmd], errs[cmd] = probe()
 	}
 	return out, errs
+}
+
+// writeNICStamping says, per interface, whether the nic probe can measure
+// its packets: whether its driver stamps received packets in hardware, what
+// it stamps now and with which clock.
+func writeNICStamping(w io.Writer, ifcs []hwstamp.Interface) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nINTERFACE\tRX HW STAMPS\tFILTER\tPHC\tNOTE")
+	for _, i := range ifcs {
+		hw, filter, phc := "no", "-", "-"
+		if i.RXHardware {
+			hw = "yes"
+		}
+		if i.Filter != "" {
+			filter = i.Filter
+		}
+		if i.PHC >= 0 {
+			phc = fmt.Sprintf("/dev/ptp%d", i.PHC)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termsafe.String(i.Name), hw, filter, phc, i.Why)
+	}
+	return tw.Flush()
 }
 
 func writeHookChoices(w io.Writer, hooks map[string][]features.Choice) error {

@@ -92,6 +92,13 @@ Probes, from the wire up:
   *-socket-enqueued    queued on the socket (sk_data_ready)
   *-socket-read        read by the application (sock_recv_length)
 
+and, only when named (-e nic), from the NIC's own hardware receive stamp:
+
+  nic                  stamped by the kernel (net:netif_receive_skb), counted
+                       from the NIC's stamp (its PHC, converted every 2s);
+                       frames the NIC did not stamp count as no_hw_stamp.
+                       stacktop doctor shows which interfaces stamp what.
+
 -p, -c and -q apply to the socket-read probes, -C groups only those (the
 reading task's pid and cgroup), as in netstacklat. -P groups only those by
 the reading process (pid and comm); the other probes run in softirq context,
@@ -436,7 +443,7 @@ func (f *probeFlags) hooks() (latency.HookSet, []string, error) {
 		return 0, nil, clierr.Usage("disable-probes", strings.Join(f.disable, ","),
 			"cannot be combined with --enable-probes %q", strings.Join(f.enable, ","))
 	}
-	set := latency.AllHooks
+	set := latency.DefaultHooks
 	if len(f.enable) > 0 {
 		set = 0
 	}

@@ -71,6 +71,10 @@ func TestDoctorReportsEveryProbe(t *testing.T) {
 			t.Errorf("doctor output lacks %s:\n%s", name, out)
 		}
 	}
+	// Loopback stamps nothing in hardware and has no PHC, on every kernel.
+	if !regexp.MustCompile(`\nINTERFACE +RX HW STAMPS +FILTER +PHC +NOTE\n(.*\n)*lo +no +- +- +the driver does not stamp`).MatchString(out) {
+		t.Errorf("doctor output lacks the interfaces' hardware stamping, with lo's:\n%s", out)
+	}
 	// Root on the kernels we support: every command runs, whatever
 	// backends were refused on the way.
 	for _, command := range []string{"top/stream", "latency", "serve"} {

@@ -295,7 +295,7 @@ func (o *serveOptions) latencyHooks(fromFlags latency.HookSet) (latency.HookSet,
 func parseProbeList(names []string) (latency.HookSet, error) {
 	list := strings.Join(names, ",")
 	if list == "all" {
-		return latency.AllHooks, nil
+		return latency.DefaultHooks, nil
 	}
 	var set latency.HookSet
 	for _, name := range names {
@@ -373,6 +373,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		defer tracer.Close()
 		if o.collectLatency {
 			cfg.Latency = tracer
+			cfg.NICClocks = tracer.NICClocks
 		}
 		if o.collectReadWait {
 			c.conns.ReadWait = readwait.New(tracer)

@@ -48,6 +48,10 @@ type Config struct {
 	// with netstacklat's configuration (docs/METRICS.md), instead of
 	// netstack_latency_seconds.
 	CompatEbpfExporter bool
+	// NICClocks reports the nic probe's conversion of each stamping
+	// interface's clock, exported as the error bound of a converted stamp;
+	// nil: not exported.
+	NICClocks func() []latency.NICClock
 
 	Connections *Connections
 
@@ -113,6 +117,7 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- e.latencyDesc
 	ch <- latencyPacketsDesc
 	ch <- latencySampleDesc
+	ch <- nicClockErrorDesc
 	describeConnections(ch)
 	describePrograms(ch)
 }

@@ -92,6 +92,10 @@ var latencySampleDesc = prometheus.NewDesc("stacktop_latency_sample_every",
 	"The latency histograms record a random 1 in this many packets (reads, at the socket-read probes), --sample; 1: every packet. Multiply their counts by it to estimate packets.",
 	nil, nil)
 
+var nicClockErrorDesc = prometheus.NewDesc("stacktop_latency_nic_clock_error_seconds",
+	"Bound on the error of the nic probe's conversion of an interface's hardware stamps (PHC time) to the system clock, until the next refresh: a nic sample may be off by as much.",
+	[]string{"iface", "phc"}, nil)
+
 // histFull is the outcome of a packet dropped because the histogram map was
 // full: the latency source's map-full counter.
 const histFull = "hist_full"
@@ -114,6 +118,12 @@ func (e *Exporter) collectLatency(ch chan<- prometheus.Metric) error {
 	}
 	ch <- prometheus.MustNewConstMetric(mapFullDesc, prometheus.CounterValue, float64(mapFull), "latency")
 	ch <- prometheus.MustNewConstMetric(latencySampleDesc, prometheus.GaugeValue, float64(max(e.cfg.LatencySampleEvery, 1)))
+	if e.cfg.NICClocks != nil {
+		for _, c := range e.cfg.NICClocks() {
+			ch <- prometheus.MustNewConstMetric(nicClockErrorDesc, prometheus.GaugeValue, float64(c.ErrorNs)/1e9,
+				c.Interface, fmt.Sprintf("/dev/ptp%d", c.PHC))
+		}
+	}
 	if e.cfg.CompatEbpfExporter {
 		ifaces := map[uint32]string{}
 		if ifcs, err := net.Interfaces(); err == nil {

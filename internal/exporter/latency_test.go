@@ -105,3 +105,19 @@ stacktop_scrape_error{source="latency"} 1
 		t.Errorf("build info series: %d, want 1", n)
 	}
 }
+
+// The nic probe's conversion error is a gauge per stamping interface, in
+// seconds.
+func TestNICClockError(t *testing.T) {
+	e := New(Config{Latency: &fakeLatency{}, NICClocks: func() []latency.NICClock {
+		return []latency.NICClock{{Interface: "eth1", PHC: 2, ErrorNs: 1500}, {Interface: "eth2", PHC: 2, ErrorNs: 1500}}
+	}})
+	want := `# HELP stacktop_latency_nic_clock_error_seconds Bound on the error of the nic probe's conversion of an interface's hardware stamps (PHC time) to the system clock, until the next refresh: a nic sample may be off by as much.
+# TYPE stacktop_latency_nic_clock_error_seconds gauge
+stacktop_latency_nic_clock_error_seconds{iface="eth1",phc="/dev/ptp2"} 1.5e-06
+stacktop_latency_nic_clock_error_seconds{iface="eth2",phc="/dev/ptp2"} 1.5e-06
+`
+	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "stacktop_latency_nic_clock_error_seconds"); err != nil {
+		t.Error(err)
+	}
+}

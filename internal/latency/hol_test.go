@@ -25,7 +25,7 @@ func TestHeadOfLineBlockedReads(t *testing.T) {
 	for _, include := range []bool{false, true} {
 		name := map[bool]string{false: "excluded by default", true: "included with -y"}[include]
 		t.Run(name, func(t *testing.T) {
-			tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, IncludeHOL: include})
+			tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, IncludeHOL: include})
 			waitForStamps(t, tr, p)
 			client, server := tcpPair(t, p)
 			exchange := func(n int) uint64 {

@@ -55,15 +55,29 @@ type latencyHistValue struct {
 type latencyHook uint32
 
 const (
-	latencyHookHOOK_IP_START          latencyHook = 0
-	latencyHookHOOK_TCP_START         latencyHook = 1
-	latencyHookHOOK_UDP_START         latencyHook = 2
-	latencyHookHOOK_TCP_SOCK_ENQUEUED latencyHook = 3
-	latencyHookHOOK_UDP_SOCK_ENQUEUED latencyHook = 4
-	latencyHookHOOK_TCP_SOCK_READ     latencyHook = 5
-	latencyHookHOOK_UDP_SOCK_READ     latencyHook = 6
-	latencyHookN_HOOKS                latencyHook = 7
+	latencyHookHOOK_NIC               latencyHook = 0
+	latencyHookHOOK_IP_START          latencyHook = 1
+	latencyHookHOOK_TCP_START         latencyHook = 2
+	latencyHookHOOK_UDP_START         latencyHook = 3
+	latencyHookHOOK_TCP_SOCK_ENQUEUED latencyHook = 4
+	latencyHookHOOK_UDP_SOCK_ENQUEUED latencyHook = 5
+	latencyHookHOOK_TCP_SOCK_READ     latencyHook = 6
+	latencyHookHOOK_UDP_SOCK_READ     latencyHook = 7
+	latencyHookN_HOOKS                latencyHook = 8
 )
+
+type latencyNicClock struct {
+	_       structs.HostLayout
+	RefPhc  int64
+	Offset  int64
+	RatePpb int64
+}
+
+type latencyNicKey struct {
+	_       structs.HostLayout
+	Netns   uint32
+	Ifindex uint32
+}
 
 type latencyPendingRead struct {
 	_      structs.HostLayout
@@ -115,7 +129,9 @@ const (
 	latencyReasonREASON_FIFO_FULL      latencyReason = 6
 	latencyReasonREASON_READ_UNTRACKED latencyReason = 7
 	latencyReasonREASON_READ_WAIT_FULL latencyReason = 8
-	latencyReasonN_REASONS             latencyReason = 9
+	latencyReasonREASON_NO_HW_STAMP    latencyReason = 9
+	latencyReasonREASON_NO_PHC         latencyReason = 10
+	latencyReasonN_REASONS             latencyReason = 11
 )
 
 type latencySlowBudget struct {
@@ -141,7 +157,7 @@ type latencySlowEvent struct {
 	Proto      uint8
 	Comm       [16]int8
 	_          [4]byte
-	Earlier    [7]uint64
+	Earlier    [8]uint64
 }
 
 type latencySockKey struct {
@@ -163,7 +179,7 @@ type latencyTrail struct {
 	_      structs.HostLayout
 	Skb    uint64
 	Tstamp int64
-	Lat    [5]uint64
+	Lat    [6]uint64
 }
 
 type latencyUdpFifo struct {
@@ -198,6 +214,7 @@ const (
 	latencyMapHookBackends                = "hook_backends"
 	latencyMapHookHists                   = "hook_hists"
 	latencyMapIfindexFilter               = "ifindex_filter"
+	latencyMapNicClocks                   = "nic_clocks"
 	latencyMapPidFilter                   = "pid_filter"
 	latencyMapReadClockSamples            = "read_clock_samples"
 	latencyMapReadWaitEpoch               = "read_wait_epoch"
@@ -226,6 +243,7 @@ const (
 	latencyProgNfIpStart                  = "nf_ip_start"
 	latencyProgNfL4Start                  = "nf_l4_start"
 	latencyProgTpAt                       = "tp_at"
+	latencyProgTpNic                      = "tp_nic"
 	latencyProgTpReadClockCheck           = "tp_read_clock_check"
 	latencyProgTpSkDataReady              = "tp_sk_data_ready"
 	latencyProgTpSkbCopyDatagramIovec     = "tp_skb_copy_datagram_iovec"
@@ -315,6 +333,7 @@ type latencyProgramSpecs struct {
 	NfIpStart                  *ebpf.ProgramSpec `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.ProgramSpec `ebpf:"nf_l4_start"`
 	TpAt                       *ebpf.ProgramSpec `ebpf:"tp_at"`
+	TpNic                      *ebpf.ProgramSpec `ebpf:"tp_nic"`
 	TpReadClockCheck           *ebpf.ProgramSpec `ebpf:"tp_read_clock_check"`
 	TpSkDataReady              *ebpf.ProgramSpec `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.ProgramSpec `ebpf:"tp_skb_copy_datagram_iovec"`
@@ -333,6 +352,7 @@ type latencyMapSpecs struct {
 	HookBackends     *ebpf.MapSpec `ebpf:"hook_backends"`
 	HookHists        *ebpf.MapSpec `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.MapSpec `ebpf:"ifindex_filter"`
+	NicClocks        *ebpf.MapSpec `ebpf:"nic_clocks"`
 	PidFilter        *ebpf.MapSpec `ebpf:"pid_filter"`
 	ReadClockSamples *ebpf.MapSpec `ebpf:"read_clock_samples"`
 	ReadWaitEpoch    *ebpf.MapSpec `ebpf:"read_wait_epoch"`
@@ -408,6 +428,7 @@ type latencyMaps struct {
 	HookBackends     *ebpf.Map `ebpf:"hook_backends"`
 	HookHists        *ebpf.Map `ebpf:"hook_hists"`
 	IfindexFilter    *ebpf.Map `ebpf:"ifindex_filter"`
+	NicClocks        *ebpf.Map `ebpf:"nic_clocks"`
 	PidFilter        *ebpf.Map `ebpf:"pid_filter"`
 	ReadClockSamples *ebpf.Map `ebpf:"read_clock_samples"`
 	ReadWaitEpoch    *ebpf.Map `ebpf:"read_wait_epoch"`
@@ -433,6 +454,7 @@ func (m *latencyMaps) Close() error {
 		m.HookBackends,
 		m.HookHists,
 		m.IfindexFilter,
+		m.NicClocks,
 		m.PidFilter,
 		m.ReadClockSamples,
 		m.ReadWaitEpoch,
@@ -500,6 +522,7 @@ type latencyPrograms struct {
 	NfIpStart                  *ebpf.Program `ebpf:"nf_ip_start"`
 	NfL4Start                  *ebpf.Program `ebpf:"nf_l4_start"`
 	TpAt                       *ebpf.Program `ebpf:"tp_at"`
+	TpNic                      *ebpf.Program `ebpf:"tp_nic"`
 	TpReadClockCheck           *ebpf.Program `ebpf:"tp_read_clock_check"`
 	TpSkDataReady              *ebpf.Program `ebpf:"tp_sk_data_ready"`
 	TpSkbCopyDatagramIovec     *ebpf.Program `ebpf:"tp_skb_copy_datagram_iovec"`
@@ -523,6 +546,7 @@ func (p *latencyPrograms) Close() error {
 		p.NfIpStart,
 		p.NfL4Start,
 		p.TpAt,
+		p.TpNic,
 		p.TpReadClockCheck,
 		p.TpSkDataReady,
 		p.TpSkbCopyDatagramIovec,

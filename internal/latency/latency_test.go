@@ -34,7 +34,7 @@ import (
 // filter keeps other tests' traffic on this kernel out of the counts.
 func TestEveryProbeSeesPeerTraffic(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-every", 1)
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
 	waitForStamps(t, tr, p)
 
 	const datagrams, messages, syns = 20, 10, 15
@@ -92,7 +92,7 @@ func checkRecordedCounters(t *testing.T, tr *Tracer) {
 			recorded[c.Hook] = c.Count
 		}
 	}
-	for _, h := range Hooks {
+	for _, h := range defaultHooks() {
 		lo, hi, n := before.of(h).Count(), after.of(h).Count(), recorded[h.String()]
 		if n < lo || n > hi || hi == 0 {
 			t.Errorf("%s: recorded counter %d, histograms %d then %d samples", h, n, lo, hi)
@@ -115,7 +115,7 @@ func counts(m hookHists) map[string]uint64 {
 // seen to take over 67 ms to enqueue a datagram.
 func TestSocketReadIncludesApplicationDelay(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-delay", 2)
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
 	waitForStamps(t, tr, p)
 
 	const n, slot = 3, 28 // slot 28 holds (2^27, 2^28] ns
@@ -170,7 +170,7 @@ func TestPIDFilter(t *testing.T) {
 		reads bool
 	}{{"another process", other.Process.Pid, false}, {"this process", os.Getpid(), true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, PIDs: []uint32{uint32(tc.pid)}})
+			tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, PIDs: []uint32{uint32(tc.pid)}})
 			waitForStamps(t, tr, p)
 			const n = 5
 			before := totals(t, tr)
@@ -200,7 +200,7 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 	const n = 7
 
 	t.Run("filter", func(t *testing.T) {
-		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex)}, GroupByIface: true})
+		tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(a.HostIndex)}, GroupByIface: true})
 		waitForStamps(t, tr, a)
 		before := totals(t, tr)
 		a.UDPToHost(t, testenv.V4, n, 0)
@@ -218,7 +218,7 @@ func TestInterfaceFilterAndGrouping(t *testing.T) {
 		}
 	})
 	t.Run("group", func(t *testing.T) {
-		tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(a.HostIndex), uint32(b.HostIndex)}, GroupByIface: true})
+		tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(a.HostIndex), uint32(b.HostIndex)}, GroupByIface: true})
 		waitForStamps(t, tr, a)
 		a.UDPToHost(t, testenv.V4, n, 0)
 		b.UDPToHost(t, testenv.V4, 2*n, 0)
@@ -262,7 +262,7 @@ func TestNetnsSeparation(t *testing.T) {
 	const na, nb = 5, 40
 
 	t.Run("inode", func(t *testing.T) {
-		tr := start(t, Config{Hooks: AllHooks, Netns: int64(a.Inode())})
+		tr := start(t, Config{Hooks: DefaultHooks, Netns: int64(a.Inode())})
 		waitForStampsIn(t, tr, a)
 		before := totals(t, tr)
 		a.UDPToPeer(t, na)
@@ -278,7 +278,7 @@ func TestNetnsSeparation(t *testing.T) {
 		}
 	})
 	t.Run("own", func(t *testing.T) {
-		tr := start(t, Config{Hooks: AllHooks, PIDs: []uint32{uint32(os.Getpid())}})
+		tr := start(t, Config{Hooks: DefaultHooks, PIDs: []uint32{uint32(os.Getpid())}})
 		a.UDPToPeer(t, na)
 		if c := totals(t, tr).of(UDPSocketRead).Count(); c != 0 {
 			t.Errorf("-n 0: our reads from a socket in another namespace were counted: %d", c)
@@ -291,7 +291,7 @@ func TestNetnsSeparation(t *testing.T) {
 // it is gone; fentry and tp_btf hooks see it without attaching anything.
 func TestAllNamespacesFollowsNewOnes(t *testing.T) {
 	testenv.RequireRoot(t)
-	tr := start(t, Config{Hooks: AllHooks, Netns: AllNetns})
+	tr := start(t, Config{Hooks: DefaultHooks, Netns: AllNetns})
 	var inode uint64
 	t.Run("new namespace", func(t *testing.T) {
 		c := testenv.NewPeer(t, "stl-nsnew", 8)
@@ -355,7 +355,7 @@ func TestCgroupFilterAndGrouping(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.Hooks, cfg.Ifindexes = AllHooks, []uint32{uint32(p.HostIndex)}
+			cfg.Hooks, cfg.Ifindexes = DefaultHooks, []uint32{uint32(p.HostIndex)}
 			tr := start(t, cfg)
 			waitForStamps(t, tr, p)
 			before := readsPerCgroup(t, tr)
@@ -386,7 +386,7 @@ func TestProcessGrouping(t *testing.T) {
 		pid  uint32
 		comm string
 	}
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByProcess: true})
 	waitForStamps(t, tr, p)
 	for _, proto := range []string{"tcp", "udp"} {
 		t.Run(proto, func(t *testing.T) {
@@ -642,7 +642,7 @@ func readMessages() error {
 // least the FIFO's worth per burst.
 func TestUDPReadCoverage(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-cover", 12)
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}})
 	waitForStamps(t, tr, p)
 
 	for _, tc := range []struct {
@@ -719,7 +719,7 @@ func udpBursts(t *testing.T, p *testenv.Peer, bursts, size, senders int) int {
 // behind, so exactly five of the ten reads count.
 func TestMinQueueLength(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-qlen", 13)
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, MinQueueLen: 5})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, MinQueueLen: 5})
 	waitForStamps(t, tr, p)
 	before := totals(t, tr)
 	reads := udpBursts(t, p, 1, 10, 1)
@@ -734,7 +734,7 @@ func TestMinQueueLength(t *testing.T) {
 // call succeeds and counts never go down between consecutive reads.
 func TestReadWhileTrafficFlows(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-read", 15)
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByIface: true})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, GroupByIface: true})
 	waitForStamps(t, tr, p)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -938,7 +938,7 @@ func exchange(t *testing.T, c [2]net.Conn, n int) {
 // datagram left out still leaves the read FIFO in step.
 func TestSampling(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-sample", 16)
-	cfg := Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}}
+	cfg := Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}}
 	every := start(t, cfg)
 	cfg.SampleEvery = 4
 	sampled := start(t, cfg)
@@ -957,14 +957,14 @@ func TestSampling(t *testing.T) {
 		// 7.2 once skipped one of these 800 TCP reads (a task preempted
 		// inside the program): a sample the kernel counted as missed.
 		missed := skipped(t, every) - skippedBefore
-		for _, h := range Hooks {
+		for _, h := range defaultHooks() {
 			if c := all.of(h).Count(); c+missed < n {
 				return fmt.Errorf("%s: %d samples and %d runs skipped, want at least %d", h, c, missed, n)
 			}
 		}
 		return nil
 	})
-	for _, h := range Hooks {
+	for _, h := range defaultHooks() {
 		total, got := float64(all.of(h).Count()), float64(some.of(h).Count())
 		mean, sd := total/4, math.Sqrt(total*3/16)
 		if math.Abs(got-mean) > 6*sd {

@@ -264,6 +264,8 @@ var Reasons = [numReasons]string{
 	latencyReasonREASON_FIFO_FULL:      ReasonFIFOFull,
 	latencyReasonREASON_READ_UNTRACKED: ReasonReadUntracked,
 	latencyReasonREASON_READ_WAIT_FULL: ReasonReadWaitFull,
+	latencyReasonREASON_NO_HW_STAMP:    "no_hw_stamp",
+	latencyReasonREASON_NO_PHC:         "no_phc",
 }
 
 // reasonRecorded is never counted by the programs: it is the samples in the

@@ -76,7 +76,7 @@ func unmapped(addr net.Addr) netip.AddrPort {
 func TestSlowEventsNameTheWaitingConnection(t *testing.T) {
 	p := testenv.NewPeer(t, "stl-slow", 20)
 	const threshold, late, n = 150 * time.Millisecond, 300 * time.Millisecond, 3
-	tr := start(t, Config{Hooks: AllHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, Slow: threshold})
+	tr := start(t, Config{Hooks: DefaultHooks, Ifindexes: []uint32{uint32(p.HostIndex)}, Slow: threshold})
 	waitForStamps(t, tr, p)
 	own, err := ownNetns()
 	if err != nil {

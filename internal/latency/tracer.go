@@ -49,6 +49,7 @@ type Tracer struct {
 	taiClock bool // bpf_ktime_get_tai_ns is available
 	scope    netnsScope
 	rxStamps *rxTimestamping
+	nic      *nicClocks // the nic hook's conversions; nil when it is off
 
 	mapsMu  sync.RWMutex // Read and Counters against close
 	cgroups *cgroupNamer
@@ -73,11 +74,17 @@ func Start(cfg Config) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Hooks.Has(NIC) {
+		if err := t.startNICClocks(cfg.Ifindexes); err != nil {
+			t.close()
+			return nil, err
+		}
+	}
 	for _, h := range Hooks {
 		if !cfg.Hooks.Has(h) {
 			continue
 		}
-		c, err := t.engine.Attach(&table[h], t.backend)
+		c, err := t.engine.Attach(&table[h], h.backendFor(t.backend))
 		if err == nil {
 			err = t.objs.HookBackends.Put(latencyHook(h), backendIDs[c.Backend])
 		}
@@ -140,7 +147,7 @@ func Probe(backend features.Backend, at ...At) ([]features.Choice, error) {
 	defer t.close()
 	var errs []error
 	for _, h := range Hooks {
-		_, err := t.engine.Attach(&table[h], t.backend)
+		_, err := t.engine.Attach(&table[h], h.backendFor(t.backend))
 		errs = append(errs, err)
 	}
 	errs = append(errs, t.attachAt())
@@ -236,6 +243,11 @@ func (t *Tracer) maintain() {
 			if err := t.refreshClock(); err != nil {
 				slog.Warn("refreshing the clock offset", "err", err)
 			}
+			if t.nic != nil {
+				if err := t.nic.refresh(&t.objs); err != nil {
+					slog.Warn("refreshing a NIC clock's conversion", "err", err)
+				}
+			}
 			t.engine.Resync()
 		}
 	}
@@ -266,6 +278,9 @@ func (t *Tracer) close() error {
 	if t.rxStamps != nil {
 		errs = append(errs, t.rxStamps.Close())
 		t.rxStamps = nil
+	}
+	if t.nic != nil {
+		t.nic.close()
 	}
 	return errors.Join(errs...)
 }

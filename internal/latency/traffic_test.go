@@ -29,6 +29,17 @@ func (m hookHists) at(spec string) *hist.Histogram {
 	return &v
 }
 
+// defaultHooks lists the hooks of DefaultHooks, in stack order.
+func defaultHooks() []Hook {
+	var hs []Hook
+	for _, h := range Hooks {
+		if DefaultHooks.Has(h) {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
 // totals sums a tracer's series per hook (over interfaces and cgroups).
 func totals(t *testing.T, tr *Tracer) hookHists {
 	t.Helper()

@@ -16,8 +16,23 @@
 #include "ingress.h"
 #include "socket.h"
 #include "at.h"
+#include "nic.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* ---- nic: the NIC's stamp until the software stamp, on either backend ---- */
+
+/* Attached only for nic: no hook_backends check. net:netif_receive_skb
+ * fires in __netif_receive_skb_core, after the software stamp is taken
+ * (net_timestamp_check) and before any protocol sees the packet, so it
+ * sees every frame, PTP's own (not IP) too. */
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(tp_nic, struct sk_buff *skb)
+{
+	if (sampled())
+		record_nic(skb);
+	return 0;
+}
 
 /* ---- netfilter: ip-start (PRE_ROUTING), tcp-start/udp-start (LOCAL_IN) ---- */
 

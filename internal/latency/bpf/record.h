@@ -17,6 +17,7 @@
 
 /* Hook ids, in stack order: the values of internal/latency.Hook. */
 enum hook {
+	HOOK_NIC,
 	HOOK_IP_START,
 	HOOK_TCP_START,
 	HOOK_UDP_START,
@@ -38,6 +39,8 @@ enum reason {
 	REASON_FIFO_FULL,      /* UDP read FIFO full: datagram enqueued but not tracked */
 	REASON_READ_UNTRACKED, /* UDP read of a datagram the FIFO does not know */
 	REASON_READ_WAIT_FULL, /* read wait: no room for the socket's histogram */
+	REASON_NO_HW_STAMP,    /* nic: the NIC did not stamp it (shinfo hwtstamp 0) */
+	REASON_NO_PHC,         /* nic: stamped, but its device's clock is not converted */
 	N_REASONS,
 };
 
@@ -356,22 +359,18 @@ static __always_inline struct hist_value *grouped_hist_of(__u32 hook, const stru
 }
 
 /*
- * record returns the sample's latency (for --slow), or -1 when it has none.
+ * record_until records the time from s's stamp until now (both
+ * CLOCK_REALTIME, ns) and returns it (for --slow), or -1 when it has none.
  * sk, else skb: where the sample's namespace is read from, only when
  * group_by_netns (the socket's, or without one the skb's device's): read
  * there, the namespace costs the other configurations nothing.
  */
-static __always_inline __s64 record(__u32 hook, const struct stamp *s, __u64 cgroup, const struct sock *sk,
-				   struct sk_buff *skb, bool in_task)
+static __always_inline __s64 record_until(__u32 hook, __s64 now, const struct stamp *s, __u64 cgroup,
+					  const struct sock *sk, struct sk_buff *skb, bool in_task)
 {
 	struct hist_value *h;
-	__s64 now, lat;
+	__s64 lat;
 
-	if (s->skip) {
-		count(hook, s->skip);
-		return -1;
-	}
-	now = in_task ? read_now(hook, sk) : realtime_now();
 	if (s->tstamp > now) {
 		count(hook, REASON_FUTURE_STAMP);
 		return -1;
@@ -388,6 +387,17 @@ static __always_inline __s64 record(__u32 hook, const struct stamp *s, __u64 cgr
 	h->slots[slot_of(lat)]++;
 	h->slots[SUM_SLOT] += lat;
 	return lat;
+}
+
+/* record records the time from s's stamp until now, as record_until. */
+static __always_inline __s64 record(__u32 hook, const struct stamp *s, __u64 cgroup, const struct sock *sk,
+				   struct sk_buff *skb, bool in_task)
+{
+	if (s->skip) {
+		count(hook, s->skip);
+		return -1;
+	}
+	return record_until(hook, in_task ? read_now(hook, sk) : realtime_now(), s, cgroup, sk, skb, in_task);
 }
 
 /*
