@@ -27,7 +27,7 @@ func TestHostileNamesAreValidLabels(t *testing.T) {
 # TYPE stacktop_received_bytes_total counter
 stacktop_received_bytes_total{cgroup="/user.slice",comm="curl",container="",namespace="",pod="",proto="tcp"} 10
 stacktop_received_bytes_total{cgroup="/user.slice/x\\xc3",comm="bad\\xff\\xfe",container="",namespace="",pod="",proto="tcp"} 100
-# HELP stacktop_connection_sent_bytes_total Bytes sent on one connection (only with --per-connection-series).
+# HELP stacktop_connection_sent_bytes_total Bytes sent on one connection (only with --connections.per-connection-series).
 # TYPE stacktop_connection_sent_bytes_total counter
 stacktop_connection_sent_bytes_total{cgroup="/user.slice/x\\xc3",comm="bad\\xff\\xfe",container="",local_addr="198.18.100.1",local_port="1000",namespace="",pid="42",pod="",proto="tcp",remote_addr="198.18.100.2",remote_port="80"} 200
 # HELP stacktop_lost_events_total Connection events stacktop never saw: closed events with no room in the ring buffer or between refreshes, and runs of its programs the kernel skipped.
