@@ -117,7 +117,7 @@ var Tools = []Tool{
 		args: empty("read", "conns", "udp"), ready: readyFirstReport, timestamping: true},
 	{Name: "bpftrace", About: "bpftrace 0.17 script: netstacklat's histograms from classic tracepoints, printed every second",
 		args: bpftrace, timestamping: true},
-	{Name: "bpftrace-tcptop", About: "bpftrace 0.17 script: a naive tcptop, per-socket byte sums at the `sock_send_length` and `sock_recv_length` tracepoints, dropped at TCP_CLOSE from `inet_sock_set_state`, printed every second",
+	{Name: "bpftrace-tcptop", About: "bpftrace 0.17 script: a naive tcptop, per-socket byte sums at the `sock_send_length` and `sock_recv_length` tracepoints, closes counted at `inet_sock_set_state`, the busiest printed and the sums cleared every second",
 		args: bpftraceTcptop},
 }
 
@@ -184,9 +184,11 @@ func bpftrace(env Env) ([]string, error) {
 	return []string{"bpftrace", script, strconv.FormatInt(offset, 10)}, nil
 }
 
+// bpftraceTcptop runs tcptop.bt with room for a second's sockets under
+// connection churn (bpftrace's maps hold 4,096 keys by default).
 func bpftraceTcptop(env Env) ([]string, error) {
 	script, err := writeScript(env, "tcptop.bt", tcptopBT)
-	return []string{"bpftrace", script}, err
+	return []string{"env", "BPFTRACE_MAP_KEYS_MAX=65536", "bpftrace", script}, err
 }
 
 // writeScript writes an embedded bpftrace script into the scratch directory.
