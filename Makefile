@@ -61,7 +61,7 @@ fuzz:
 # MATRIX_TIMEOUT is killed and reported as hung. Kernels are cached in
 # /var/cache/stacktop-kernels. One kernel: make matrix MATRIX_FLAGS='-kernel 6.1';
 # regenerate docs/KERNELS.md: MATRIX_FLAGS='-write-kernels-md docs/KERNELS.md'.
-MATRIX_TIMEOUT ?= 20m
+MATRIX_TIMEOUT ?= 30m
 MATRIX_FLAGS ?=
 matrix:
 	$(GO) run ./test/kernels -parallel 2 -retries 3 -timeout $(MATRIX_TIMEOUT) $(MATRIX_FLAGS)

@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/sys/unix"
 
+	"github.com/stacktop/stacktop/internal/features"
 	"github.com/stacktop/stacktop/internal/testenv"
 )
 
@@ -369,7 +371,20 @@ func TestSystemdUnitCapabilitiesSuffice(t *testing.T) {
 // opened before start-up still come from the kernel: pid, process name and
 // cgroup.
 func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	release := features.KernelRelease()
+	if kernelBefore(release, 5, 11) {
+		testenv.Unsupported(t, "%s: owners of sockets open at start-up come from the task_file iterator (5.11+), or from /proc as root", release)
+	}
+	// On 6.1 the kernel matrix finds the UDP socket's owner but not the
+	// TCP listener's (6.12 and later find both; 6.2–6.11 are not in the
+	// matrix): a known gap, in docs/CONNECTIONS.md, not asserted there.
+	tcpOwnerKnown := !kernelBefore(release, 6, 12)
+	// A plain TCP listener: Go makes listeners MPTCP where the kernel has
+	// it, and an MPTCP listener's owner is found on 6.12 and later only
+	// (docs/CONNECTIONS.md).
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,13 +459,28 @@ func TestSystemdUnitCapabilitiesKnowPreexistingOwners(t *testing.T) {
 			continue
 		}
 		seen[what]++
-		if got := fmt.Sprintf("pid %d, comm %q, cgroup %q", r.PID, r.Comm, r.Cgroup); got != want {
+		got := fmt.Sprintf("pid %d, comm %q, cgroup %q", r.PID, r.Comm, r.Cgroup)
+		switch {
+		case got == want:
+		case what == "the TCP listener" && !tcpOwnerKnown:
+			t.Logf("%s: %s's owner: %s (a known gap before 6.12)", release, what, got)
+		default:
 			t.Errorf("%s's owner: %s; want %s", what, got, want)
 		}
 	}
 	if seen["the TCP listener"] == 0 || seen["the UDP socket"] == 0 {
 		t.Errorf("records of the sockets: %v, want both:\n%s", seen, out)
 	}
+}
+
+// kernelBefore tells whether a kernel release (6.1.0-50-cloud-amd64) is
+// older than major.minor.
+func kernelBefore(release string, major, minor int) bool {
+	var maj, min int
+	if _, err := fmt.Sscanf(release, "%d.%d", &maj, &min); err != nil {
+		return false
+	}
+	return maj < major || maj == major && min < minor
 }
 
 // asUnit makes cmd run as the systemd unit runs stacktop: as an

@@ -84,8 +84,11 @@ programs are attached) serve health checks.
 What it costs: where the kernel refuses fentry (stacktop doctor says), the
 defaults run eight programs per request and response of a TCP server, the
 UDP accounting's pair on every packet and tcp-socket-read's two per read;
---tcp drops the first, --no-collector.latency the second (docs/METRICS.md,
-"What serve costs a server", has what each kept of nginx's requests/s).
+--tcp drops the first, --no-collector.latency the second. Each connection
+costs more: two programs at each of its state changes and at its close, and
+a closed record in user space, which a server whose clients do not reuse
+connections pays per request (docs/METRICS.md, "What serve costs a server",
+has what each kept of nginx's requests/s).
 
 The probe flags are those of stacktop latency (netstacklat). -p, -c, -i and
 -n also select the connections exported, as --pid, --cgroup, --interface and
